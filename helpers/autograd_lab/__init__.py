@@ -1,0 +1,25 @@
+"""Autograd Lab's instruments: draw, measure, drive with widgets, check answers.
+
+The ideas the course teaches are written out in the notebooks; this package
+only holds the instruments the notebooks use to look at them.
+"""
+
+from .env import choose_device, environment_report
+from .graph import AutogradGraph, GraphvizMissing, chain, draw_graph, graph_nodes
+from .measure import SavedTensors, count_nodes, time_call
+from .widgets import live
+
+__all__ = [
+    "AutogradGraph",
+    "GraphvizMissing",
+    "SavedTensors",
+    "chain",
+    "choose_device",
+    "count_nodes",
+    "draw_graph",
+    "environment_report",
+    "graph_nodes",
+    "live",
+    "time_call",
+]
+__version__ = "0.1.0"
