@@ -4,7 +4,8 @@
 
 PYTHON      ?= python3
 VENV        ?= .venv
-# Where PyTorch comes from. The CPU index keeps the install small; for a GPU build use
+# Where PyTorch comes from. The CPU index (whose builds, tagged +cpu, pip prefers over PyPI's same
+# version) keeps the install small; for a GPU build use
 # e.g. `make lab TORCH_INDEX=https://download.pytorch.org/whl/cu128` (see README).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CONSTRAINTS ?= constraints.txt
@@ -27,7 +28,7 @@ help:
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -c "import torch" 2>/dev/null || \
-	  $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS) torch --index-url $(TORCH_INDEX)
+	  $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS) torch --extra-index-url $(TORCH_INDEX)
 	$(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	@touch $@
 
