@@ -28,7 +28,7 @@ help:
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -c "import torch" 2>/dev/null || \
-	  $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS) torch --extra-index-url $(TORCH_INDEX)
+	  $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS) torch --extra-index-url $(TORCH_INDEX) --retries 1
 	$(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	@touch $@
 
@@ -37,8 +37,11 @@ setup: $(STAMP) graphviz
 graphviz:
 	@$(PYTHON) tools/ensure_graphviz.py
 
+# JupyterLab refuses to run as root unless told; containers and CI often are root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
+
 lab: setup
-	$(BIN)/jupyter lab --port $(PORT) notebooks/00_start_here.ipynb
+	$(BIN)/jupyter lab --port $(PORT) $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_start_here.ipynb
 
 test: setup
 	$(PY) -m pytest -m "not browser" -n $(JOBS) --dist loadscope tests notebooks
