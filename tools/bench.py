@@ -1,0 +1,352 @@
+"""The course's benchmark (`make bench`): is it fast on a laptop, and do its lessons hold at scale?
+
+Parts (all by default; choose with --parts):
+  notebooks  each notebook executed in a fresh kernel, median wall time over --runs, against the floor
+             (a fresh kernel that only imports torch and autograd_lab), measured in the same run
+  widgets    each widget's callback, timed through its checked twin call, display (graph rendering) included
+  nbval      the whole nbval suite, as `make test` runs it
+  scale      looped against vectorized forward+backward up to N = 10^5; bytes saved for backward against k
+             for a wide MLP; per-sample gradients, loop against torch.func.vmap. CPU, and CUDA when present.
+
+Figures are printed as tables and written to bench-results/ as JSON, with the versions and the device.
+Targets (reported, never asserted): notebooks within 3x the floor (03 and 06 have their own budgets),
+the nbval suite within 90 s, widget median under 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# Notebooks whose subject needs more work than the rest: their own budget, in seconds on 2 cores.
+OWN_BUDGET_S = {"03_vectorized_vs_looped.ipynb": 30.0, "06_accumulation_across_processes.ipynb": 40.0}
+FLOOR_FACTOR = 3.0
+NBVAL_BUDGET_S = 90.0
+WIDGET_BUDGET_MS = 100.0
+
+
+def progress(iterable, **kw):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the benchmark runs without tqdm too (e.g. on a bare GPU machine)
+        return iterable
+    return tqdm(iterable, file=sys.stderr, dynamic_ncols=True, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# notebooks and widgets
+
+
+def _twin_timing_code(src: str, repeats: int) -> str:
+    """Code that times a twin cell's call (its last expression), display formatting included."""
+    tree = ast.parse(src)
+    body, last = tree.body[:-1], tree.body[-1]
+    if not isinstance(last, ast.Expr):
+        raise ValueError("a twin cell must end with the call it checks")
+    setup = ast.unparse(ast.Module(body=body, type_ignores=[]))
+    expr = ast.unparse(last.value)
+    return f"""
+import time as _t, json as _j
+{setup}
+_fmt = get_ipython().display_formatter.format
+_times = []
+for _ in range({repeats}):
+    _s = _t.perf_counter()
+    _r = {expr}
+    for _item in (_r if isinstance(_r, tuple) else (_r,)):
+        _fmt(_item)
+    _times.append(_t.perf_counter() - _s)
+print("BENCH" + _j.dumps(_times))
+"""
+
+
+def run_notebook(path: Path, widget_repeats: int = 0):
+    """Execute a notebook in a fresh kernel; optionally time its widgets' callbacks in the same kernel."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    widgets = {}
+    start = time.perf_counter()
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+        wall = time.perf_counter() - start
+        if widget_repeats:
+            by_id = {c.get("id"): c for c in nb.cells}
+            for cell in nb.cells:
+                meta = cell.metadata.get("autograd_lab")
+                if not meta:
+                    continue
+                twin = by_id[meta["twin"]]
+                probe = nbformat.v4.new_code_cell(_twin_timing_code(twin.source, widget_repeats))
+                nb.cells.append(probe)
+                client.execute_cell(probe, len(nb.cells) - 1)
+                text = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
+                times = json.loads(text.split("BENCH", 1)[1].splitlines()[0])
+                widgets[f"{path.name}::{cell.get('id')}"] = times
+    return wall, widgets
+
+
+def floor_run() -> float:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch\nimport autograd_lab")])
+    tmp = ROOT / "build" / "bench-floor.ipynb"
+    tmp.parent.mkdir(exist_ok=True)
+    nbformat.write(nb, tmp)
+    wall, _ = run_notebook(tmp)
+    return wall
+
+
+def bench_notebooks(runs: int, widget_repeats: int, results: dict):
+    floors, walls, widget_times = [], {p.name: [] for p in NOTEBOOKS}, {}
+    jobs = [("floor", None)] + [(p.name, p) for p in NOTEBOOKS]
+    for _ in progress(range(runs), desc="notebooks (runs)"):
+        for name, path in progress(jobs, desc="  notebook", leave=False):
+            if path is None:
+                floors.append(floor_run())
+                continue
+            last_run = len(walls[name]) == runs - 1
+            wall, widgets = run_notebook(path, widget_repeats if last_run else 0)
+            walls[name].append(wall)
+            widget_times.update(widgets)
+    floor = statistics.median(floors)
+    rows = []
+    for name, times in walls.items():
+        median = statistics.median(times)
+        budget = OWN_BUDGET_S.get(name)
+        ok = median <= budget if budget else median <= FLOOR_FACTOR * floor
+        rows.append({"notebook": name, "median_s": round(median, 2), "runs": len(times),
+                     "ratio_to_floor": round(median / floor, 2),
+                     "target": f"<= {budget:.0f} s" if budget else f"<= {FLOOR_FACTOR:.0f}x floor", "met": ok})
+    results["notebooks"] = {"floor_s": round(floor, 2), "rows": rows}
+    wrows = []
+    for key, times in widget_times.items():
+        ms = sorted(t * 1e3 for t in times)
+        p95 = ms[min(len(ms) - 1, int(round(0.95 * (len(ms) - 1))))]
+        med = statistics.median(ms)
+        wrows.append({"widget": key, "median_ms": round(med, 1), "p95_ms": round(p95, 1), "calls": len(ms),
+                      "met": med < WIDGET_BUDGET_MS})
+    results["widgets"] = {"target_median_ms": WIDGET_BUDGET_MS, "rows": wrows}
+
+
+def bench_nbval(results: dict):
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadscope", "notebooks"],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    wall = time.perf_counter() - start
+    tail = (done.stdout.strip().splitlines() or [""])[-1]
+    results["nbval"] = {"wall_s": round(wall, 1), "target_s": NBVAL_BUDGET_S, "met": wall <= NBVAL_BUDGET_S,
+                        "passed": done.returncode == 0, "summary": tail}
+
+
+# --------------------------------------------------------------------------------------------
+# the course's figures at scale (plain torch: runs on a bare GPU machine too)
+
+
+def _sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time(fn, device, min_time=0.3, max_runs=50):
+    """Median seconds of fn(), at least one run, more while under min_time."""
+    fn()  # warm-up
+    _sync(device)
+    times = []
+    while not times or (sum(times) < min_time and len(times) < max_runs):
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_scale(results: dict, max_n: int, devices):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    out = {}
+    for device in devices:
+        dev = {}
+        # 1. looped against vectorized forward+backward, MLP 16-32-1, one CPU thread (as in notebook 03)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to(device)
+        rows = []
+        sizes = [n for n in (10, 100, 1000, 10_000, 100_000) if n <= max_n]
+        for n in progress(sizes, desc=f"loop vs vectorized ({device.type})", leave=False):
+            x, y = torch.randn(n, 16, device=device), torch.randn(n, device=device)
+
+            def vectorized():
+                model.zero_grad(set_to_none=True)
+                ((model(x).squeeze(1) - y) ** 2).mean().backward()
+
+            def looped():
+                model.zero_grad(set_to_none=True)
+                losses = [(model(x[i : i + 1]).squeeze() - y[i]) ** 2 for i in range(n)]
+                torch.stack(losses).mean().backward()
+
+            tv = _time(vectorized, device)
+            tl = _time(looped, device, min_time=0.0 if n >= 10_000 else 0.3)
+            rows.append({"N": n, "vectorized_ms": round(tv * 1e3, 3), "looped_ms": round(tl * 1e3, 1),
+                         "ratio": round(tl / tv, 1), "extra_us_per_sample": round((tl - tv) / n * 1e6, 1)})
+        dev["loop_vs_vectorized"] = rows
+        torch.set_num_threads(threads)
+
+        # 2. bytes saved for backward against k, wide MLP 1024-4096-4096-1024, batch 1024
+        from autograd_lab.measure import SavedTensors
+
+        wide = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                             nn.Linear(4096, 1024)).to(device)
+        xb, yb = torch.randn(1024, 1024, device=device), torch.randn(1024, 1024, device=device)
+        rows = []
+        for k in progress((1, 2, 4, 8, 16), desc=f"saved bytes vs k ({device.type})", leave=False):
+            wide.zero_grad(set_to_none=True)
+            peak_saved, peak_alloc = 0, None
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+            for xm, ym in zip(xb.chunk(k), yb.chunk(k)):
+                with SavedTensors(exclude=[xm, *wide.parameters()]) as saved:
+                    loss = ((wide(xm) - ym) ** 2).mean() / k
+                peak_saved = max(peak_saved, saved.bytes)
+                loss.backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                peak_alloc = (torch.cuda.max_memory_allocated() - base) / 2**20
+            rows.append({"k": k, "peak_saved_MiB": round(peak_saved / 2**20, 3),
+                         "peak_allocated_above_start_MiB": None if peak_alloc is None else round(peak_alloc, 1)})
+        dev["saved_vs_k"] = rows
+        del wide, xb, yb
+
+        # 3. per-sample gradients: loop against torch.func.vmap(grad)
+        from torch.func import functional_call, grad, vmap
+
+        small = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to(device)
+        params = {k: v.detach() for k, v in small.named_parameters()}
+        n = 1000
+        x, y = torch.randn(n, 16, device=device), torch.randn(n, device=device)
+
+        def sample_loss(p, xi, yi):
+            return ((functional_call(small, p, (xi.unsqueeze(0),)).squeeze() - yi) ** 2)
+
+        vmapped = vmap(grad(sample_loss), in_dims=(None, 0, 0))
+
+        def loop():
+            return [torch.autograd.grad(sample_loss(dict(small.named_parameters()), x[i], y[i]),
+                                        list(small.parameters())) for i in range(n)]
+
+        tv = _time(lambda: vmapped(params, x, y), device)
+        tl = _time(loop, device, min_time=0.0)
+        got, want = vmapped(params, x, y), loop()
+        err = max(float((got[name][i] - want[i][j]).abs().max()) for j, name in enumerate(params) for i in (0, n - 1))
+        dev["per_sample_grads"] = {"N": n, "loop_ms": round(tl * 1e3, 1), "vmap_ms": round(tv * 1e3, 2),
+                                   "speedup": round(tl / tv, 1), "max_abs_diff": err}
+        name = device.type if device.type == "cpu" else f"cuda ({torch.cuda.get_device_name(device)})"
+        out[name] = dev
+    results["scale"] = out
+
+
+# --------------------------------------------------------------------------------------------
+# report
+
+
+def print_tables(results: dict):
+    def table(title, rows, cols):
+        if not rows:
+            return
+        print(f"\n{title}")
+        widths = [max(len(c), *(len(str(r.get(c))) for r in rows)) for c in cols]
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+        for r in rows:
+            print("  " + "  ".join(str(r.get(c)).ljust(w) for c, w in zip(cols, widths)))
+
+    env = results["environment"]
+    print(f"\nAutograd Lab benchmark -- {env['machine']}, torch {env['torch']}, devices: {', '.join(env['devices'])}")
+    if "notebooks" in results:
+        nbr = results["notebooks"]
+        table(f"Notebook cost (floor: fresh kernel importing torch + autograd_lab = {nbr['floor_s']} s)", nbr["rows"],
+              ["notebook", "median_s", "runs", "ratio_to_floor", "target", "met"])
+        table(f"Widget latency (target: median < {WIDGET_BUDGET_MS:.0f} ms)", results["widgets"]["rows"],
+              ["widget", "median_ms", "p95_ms", "calls", "met"])
+    if "nbval" in results:
+        table("nbval suite", [results["nbval"]], ["wall_s", "target_s", "met", "passed", "summary"])
+    for dev, figs in results.get("scale", {}).items():
+        table(f"Looped against vectorized forward+backward, MLP 16-32-1 [{dev}]", figs["loop_vs_vectorized"],
+              ["N", "vectorized_ms", "looped_ms", "ratio", "extra_us_per_sample"])
+        table(f"Peak bytes saved for backward against k, MLP 1024-4096-4096-1024, batch 1024 [{dev}]",
+              figs["saved_vs_k"], ["k", "peak_saved_MiB", "peak_allocated_above_start_MiB"])
+        table(f"Per-sample gradients, loop against vmap [{dev}]", [figs["per_sample_grads"]],
+              ["N", "loop_ms", "vmap_ms", "speedup", "max_abs_diff"])
+
+
+def environment() -> dict:
+    import torch
+
+    devices = ["cpu"] + ([f"cuda: {torch.cuda.get_device_name(0)}"] if torch.cuda.is_available() else [])
+    return {"python": platform.python_version(), "torch": torch.__version__, "machine":
+            f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores", "devices": devices,
+            "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", default="notebooks,nbval,scale", help="comma-separated: notebooks,nbval,scale")
+    parser.add_argument("--runs", type=int, default=2, help="fresh-kernel runs per notebook (median)")
+    parser.add_argument("--widget-calls", type=int, default=20, help="timed calls per widget callback")
+    parser.add_argument("--max-n", type=int, default=100_000, help="largest N for looped against vectorized")
+    parser.add_argument("--devices", default="auto", help="auto (cpu, and cuda when present), cpu, or cuda")
+    parser.add_argument("--out", default=str(ROOT / "bench-results"), help="folder for the JSON results")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.widget_calls < 1:
+        parser.error("--runs and --widget-calls must be at least 1")
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    unknown = parts - {"notebooks", "nbval", "scale"}
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}; choose from notebooks, nbval, scale")
+
+    import torch
+
+    if args.devices == "auto":
+        devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    else:
+        devices = [torch.device(d) for d in args.devices.split(",")]
+    results = {"environment": environment()}
+    start = time.perf_counter()
+    if "notebooks" in parts:
+        bench_notebooks(args.runs, args.widget_calls, results)
+    if "nbval" in parts:
+        bench_nbval(results)
+    if "scale" in parts:
+        bench_scale(results, args.max_n, devices)
+    results["environment"]["total_s"] = round(time.perf_counter() - start, 1)
+    print_tables(results)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for name in (f"bench-{stamp}.json", "latest.json"):
+        (out / name).write_text(json.dumps(results, indent=2))
+    print(f"\nTotal {results['environment']['total_s']} s. Results: {out / f'bench-{stamp}.json'} (and latest.json)")
+
+
+if __name__ == "__main__":
+    main()
