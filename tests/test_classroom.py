@@ -1,0 +1,527 @@
+"""The classroom kit (tools/classroom.py): nbgrader round trip, student release, slides, handouts.
+
+For every notebook, with one nbgrader course built per test session (in a temporary directory):
+
+- the committed notebook is annotated (annotating it again changes nothing);
+- ``nbgrader generate_assignment`` makes a student version with no solution text and no output left;
+- ``nbgrader autograde`` gives the reference solutions full marks;
+- a learner's submission -- the student release as handed out, with every other exercise answered
+  wrongly and the rest left as released -- gets fewer marks; each wrong answer's test cell fails with
+  exactly the feedback the learner sees under the answer ("Not yet: <hint>"), and that hint is in the
+  feedback page nbgrader generates; each unanswered exercise fails with "Your turn: replace the ...";
+  no cell outside the exercises fails (except cells tagged ``raises-exception``), so the release runs
+  with the solutions missing;
+- the handouts: every page exists, every link resolves, no page shows an error output.
+
+The two submissions run in two nbgrader processes at once (one course copy each). Notebooks without
+exercises are generated and checked but not executed: with nothing to grade, the release is the
+notebook without outputs, which nbval runs anyway.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import importlib.util
+import json
+import re
+import shutil
+import symtable
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+IDS = [p.stem for p in NOTEBOOKS]
+
+spec = importlib.util.spec_from_file_location("classroom_tool", REPO / "tools" / "classroom.py")
+classroom = importlib.util.module_from_spec(spec)
+sys.modules["classroom_tool"] = classroom
+spec.loader.exec_module(classroom)
+
+pytest.importorskip("nbgrader", reason="the classroom extra is not installed: pip install -e '.[classroom]'")
+
+REFERENCE, LEARNER = "reference", "learner"
+
+
+def src(cell) -> str:
+    return cell.source if isinstance(cell.source, str) else "".join(cell.source)
+
+
+def annotated(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    classroom.annotate(nb, path.name)
+    return nb
+
+
+def learner_state(index: int, ex) -> str:
+    """What the learner submission does with the index-th exercise of a notebook."""
+    if ex.answer_name is None or index % 2 == 1:
+        return "blank"
+    return "wrong"
+
+
+# The learner's wrong answer: the reference answer, changed until the check calls it wrong (not
+# malformed). Written into the submission's solution cell after the reference lines.
+WRONG_ANSWER = '''
+def _classroom_variants(a):
+    import functools
+    import torch
+    if isinstance(a, bool):
+        return [not a]
+    if isinstance(a, (int, float)):
+        return [a + 1, -a - 1, 2 * a + 1]
+    if isinstance(a, str):
+        return [a + "x", a[::-1], ""]
+    if isinstance(a, torch.Tensor):
+        return [a * 2 + 1, a + 1, a.detach() * 0]
+    if isinstance(a, (set, frozenset)):
+        items = sorted(a, key=repr)
+        return [type(a)(items[:i] + items[i + 1:]) for i in range(len(items))] + [type(a)()]
+    if isinstance(a, (list, tuple)):
+        out = [list(reversed(a)), list(a[:-1]), list(a[1:])]
+        for i, x in enumerate(a):
+            out += [list(a[:i]) + [v] + list(a[i + 1:]) for v in _classroom_variants(x)[:1]]
+        try:
+            return [type(a)(v) for v in out]
+        except TypeError:
+            return out
+    if isinstance(a, dict):
+        out = [{**a, k: v} for k in a for v in _classroom_variants(a[k])[:1]]
+        return out + [dict(list(a.items())[:-1])]
+    if callable(a):
+        def wrap(i):
+            @functools.wraps(a)
+            def changed(*args, **kwargs):
+                result = a(*args, **kwargs)
+                variants = _classroom_variants(result)
+                return variants[i % len(variants)] if variants else result
+            return changed
+        return [wrap(i) for i in range(3)]
+    return []
+
+
+_classroom_reference, _classroom_pick = __NAME__, {}
+for __NAME__ in _classroom_variants(_classroom_reference):
+    try:
+        _classroom_status = (__CALL__).status
+    except Exception:
+        continue
+    _classroom_pick.setdefault(_classroom_status, __NAME__)
+if not ({"wrong", "malformed"} & set(_classroom_pick)):
+    raise RuntimeError("classroom test: no wrong answer found for this exercise")
+__NAME__ = _classroom_pick.get("wrong", _classroom_pick.get("malformed"))
+'''
+
+
+def submission(release, source, states: dict[str, str], stub: str):
+    """The release with each solution cell's stub replaced as ``states`` says (by solution cell id)."""
+    nb = nbformat.from_dict(json.loads(json.dumps(release)))
+    by_id = {ex.solution_id: ex for ex in classroom.exercises(source)}
+    for cell in nb.cells:
+        ex = by_id.get(cell.get("id"))
+        if ex is None:
+            continue
+        assert stub in src(cell), f"the stub is missing from the release of solution cell {ex.solution_id}"
+        state = states[ex.solution_id]
+        if state == "blank":
+            continue
+        answer = ex.region
+        if state == "wrong":
+            answer += "\n" + WRONG_ANSWER.replace("__NAME__", ex.answer_name).replace("__CALL__", ex.check_call)
+        cell.source = src(cell).replace(stub, answer)
+    return nb
+
+
+def run_nbgrader(args, course):
+    return classroom.nbgrader(args, course)
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """One nbgrader course for the session: every committed notebook, generated once."""
+    root = tmp_path_factory.mktemp("classroom")
+    course_dir = root / "course"
+    released = classroom.generate(NOTEBOOKS, course_dir, root / "student")
+    return {
+        "root": root,
+        "dir": course_dir,
+        "release": {p.stem: nbformat.read(p, as_version=4) for p in released},
+        "source": {p.stem: annotated(p) for p in NOTEBOOKS},
+        "stub": classroom.code_stub(),
+    }
+
+
+@pytest.fixture(scope="module")
+def graded(course, request):
+    """Both submissions autograded (two course copies, two nbgrader processes at once), with feedback.
+
+    Only the notebooks whose grading tests were selected are executed (``-k 01_leaf`` grades one)."""
+    selected = {
+        item.callspec.params["aid"]
+        for item in request.session.items
+        if "graded" in getattr(item, "fixturenames", ()) and "aid" in getattr(getattr(item, "callspec", None), "params", {})
+    }
+    graded_ids = [aid for aid in IDS if aid in selected and classroom.exercises(course["source"][aid])]
+    states = {}
+    for aid in graded_ids:
+        states[aid] = {
+            ex.solution_id: learner_state(i, ex) for i, ex in enumerate(classroom.exercises(course["source"][aid]))
+        }
+    copies = {}
+    for student in (REFERENCE, LEARNER):
+        copy = course["root"] / f"course-{student}"
+        shutil.copytree(course["dir"], copy, ignore=shutil.ignore_patterns("submitted", "autograded", "feedback"))
+        for aid in graded_ids:
+            wanted = (
+                {ex.solution_id: "reference" for ex in classroom.exercises(course["source"][aid])}
+                if student == REFERENCE
+                else states[aid]
+            )
+            nb = submission(course["release"][aid], course["source"][aid], wanted, course["stub"])
+            dest = copy / "submitted" / student / aid / f"{aid}.ipynb"
+            dest.parent.mkdir(parents=True)
+            nbformat.write(nb, dest)
+        copies[student] = copy
+
+    def grade(student):
+        if graded_ids:
+            run_nbgrader(["autograde", "*", "--student", student], copies[student])
+            if student == LEARNER:
+                run_nbgrader(["generate_feedback", "*", "--student", student], copies[student])
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(grade, copies))
+
+    from nbgrader.api import Gradebook
+
+    scores = {}
+    for student, copy in copies.items():
+        with Gradebook(f"sqlite:///{copy / 'gradebook.db'}") as gb:
+            for aid in graded_ids:
+                sub = gb.find_submission_notebook(aid, aid, student)
+                cells = {g.name: (g.score, g.max_score) for g in sub.grades}
+                scores[student, aid] = (sub.score, sub.max_score, cells)
+    return {"copies": copies, "scores": scores, "states": states, "ids": graded_ids}
+
+
+def autograded(graded, student, aid):
+    return nbformat.read(graded["copies"][student] / "autograded" / student / aid / f"{aid}.ipynb", as_version=4)
+
+
+def needs_exercises(course, aid):
+    if not classroom.exercises(course["source"][aid]):
+        pytest.skip(f"{aid} has no exercises: nothing to grade")
+
+
+def errors(cell) -> list[str]:
+    return [f"{o.ename}: {o.evalue}" for o in cell.get("outputs", []) if o.output_type == "error"]
+
+
+def shown_feedback(cell) -> str:
+    """The text/plain a check's Feedback displays in a cell ("Not yet: ...")."""
+    texts = [
+        "".join(o.data["text/plain"]) for o in cell.get("outputs", []) if o.output_type == "execute_result"
+    ]
+    return texts[-1] if texts else ""
+
+
+# --------------------------------------------------------------------------------------- annotation
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_committed_notebook_is_annotated(path):
+    assert not classroom.annotate_file(path, check=True), (
+        f"{path.name} is not annotated for the classroom: run "
+        f"`.venv/bin/python tools/classroom.py annotate {path.relative_to(REPO)}` then `make notebooks NB=...`"
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_nbgrader_and_slide_metadata(path):
+    from nbgrader.nbgraderformat import MetadataValidator
+
+    nb = annotated(path)
+    validator = MetadataValidator()
+    cells = nb.cells
+    for i, cell in enumerate(cells):
+        assert cell.metadata["slideshow"]["slide_type"] in ("slide", "subslide", "fragment", "skip", "notes", "-")
+        if "nbgrader" in cell.metadata:
+            validator.validate_cell(cell)
+        if classroom.is_solution_cell(cell):
+            test = cells[i + 1]
+            assert classroom.is_test_cell(test) and test.metadata["nbgrader"]["locked"]
+            assert test.metadata["nbgrader"]["points"] > 0
+            assert test.metadata["slideshow"]["slide_type"] == "skip"
+            assert cell.metadata["slideshow"]["slide_type"] == "subslide", "a worked solution is a sub-slide"
+            call = classroom.exercise_of(cell).check_call
+            assert src(test).endswith(f"{call}.assert_passed();"), "the grader runs the learner's check"
+        if classroom.is_widget_cell(cell):
+            assert cell.metadata["slideshow"]["slide_type"] in ("slide", "subslide"), "a widget gets its own slide"
+            assert cells[i + 1].metadata["slideshow"]["slide_type"] in ("slide", "subslide", "skip")
+    assert cells[0].metadata["slideshow"]["slide_type"] == "slide"
+
+
+def test_annotate_inserts_updates_and_is_idempotent():
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    def cell(kind, source, id, **meta):
+        c = (new_code_cell if kind == "code" else new_markdown_cell)(source)
+        c.id = id
+        c.metadata.update(meta)
+        return c
+
+    nb = new_notebook(
+        cells=[
+            cell("md", "# Title", "title"),
+            cell("code", "import x", "setup"),
+            cell("md", "## Try it", "try"),
+            cell("code", "# NBVAL_IGNORE_OUTPUT\nlive(f, n=(1, 3))", "w", autograd_lab={"twin": "t", "set": {"n": 2}}),
+            cell("code", "f(n=2)", "t"),
+            cell("md", "Text after the twin.", "after"),
+            cell("md", "### Exercise 1\n```python\n# not a heading\n```", "ex1-md"),
+            cell("code", "answer = ...\nex.check_one(answer)", "ex1"),
+            cell("code", "### BEGIN SOLUTION\nanswer = 3\n### END SOLUTION\nex.check_one(answer, n=2)", "ex1-solution"),
+            cell("md", "## Key takeaways", "end"),
+        ]
+    )
+    found = classroom.annotate(nb)
+    assert [(e.solution_id, e.test_id, e.check_call, e.answer_name) for e in found] == [
+        ("ex1-solution", "ex1-test", "ex.check_one(answer, n=2)", "answer")
+    ]
+    ids = [c.id for c in nb.cells]
+    assert ids[ids.index("ex1-solution") + 1] == "ex1-test"
+    kinds = {c.id: c.metadata["slideshow"]["slide_type"] for c in nb.cells}
+    assert kinds == {
+        "title": "slide", "setup": "-", "try": "slide", "w": "subslide", "t": "subslide", "after": "subslide",
+        "ex1-md": "subslide", "ex1": "-", "ex1-solution": "subslide", "ex1-test": "skip", "end": "slide",
+    }  # fmt: skip
+    test = nb.cells[ids.index("ex1-test")]
+    assert src(test).endswith("ex.check_one(answer, n=2).assert_passed();")
+    assert test.metadata["nbgrader"]["points"] == 1 and test.metadata["nbgrader"]["locked"]
+
+    # Idempotent, keeps an instructor's points and the stored outputs of an unchanged test cell.
+    test.metadata["nbgrader"]["points"] = 3
+    test.outputs = [nbformat.v4.new_output("stream", text="kept")]
+    before = nbformat.writes(nb)
+    classroom.annotate(nb)
+    assert nbformat.writes(nb) == before
+
+    # A changed check call updates the test (and drops its stale output); a removed exercise drops it.
+    sol = nb.cells[ids.index("ex1-solution")]
+    sol.source = sol.source.replace("n=2", "n=5")
+    classroom.annotate(nb)
+    test = next(c for c in nb.cells if c.id == "ex1-test")
+    assert src(test).endswith("ex.check_one(answer, n=5).assert_passed();") and test.outputs == []
+    assert test.metadata["nbgrader"]["points"] == 3
+    sol.source = "answer = 3"
+    classroom.annotate(nb)
+    assert "ex1-test" not in [c.id for c in nb.cells] and "nbgrader" not in sol.metadata
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("### BEGIN SOLUTION\nanswer = 1\n", "one '### BEGIN SOLUTION' line followed by one"),
+        ("### BEGIN SOLUTION\nanswer = 1\n### END SOLUTION\n", "must end with its check call"),
+        ("### BEGIN SOLUTION\nanswer = 1\n### END SOLUTION\nx = ex.check(answer)", "must end with its check call"),
+    ],
+)
+def test_annotate_explains_a_malformed_solution_cell(source, message):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    nb.cells[0].id = "sol"
+    with pytest.raises(classroom.ClassroomError, match=re.escape(message)):
+        classroom.annotate(nb)
+
+
+# ------------------------------------------------------------------------------------ student release
+
+
+@pytest.mark.parametrize("aid", IDS)
+def test_student_release_has_no_solution_and_no_output(course, aid):
+    release, source = course["release"][aid], course["source"][aid]
+    text = json.dumps(release)
+    assert classroom.BEGIN not in text and classroom.END not in text
+    by_id = {c.get("id"): c for c in release.cells}
+    for ex in classroom.exercises(source):
+        cell = by_id[ex.solution_id]
+        assert course["stub"] in src(cell) and src(cell).rstrip().endswith(ex.check_call)
+        for line in ex.region.splitlines():
+            if line.strip() and not line.strip().startswith("#"):
+                assert line.strip() not in src(cell), f"solution text left in {ex.solution_id}: {line.strip()!r}"
+        assert ex.region.strip() not in text
+        test = by_id[ex.test_id]
+        assert test.metadata.get("editable") is False and test.metadata["nbgrader"]["locked"]
+    for cell in release.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, f"{aid}: output left in cell {cell.get('id')}"
+
+
+def global_names(code: str) -> tuple[set[str], set[str]]:
+    """(names a cell binds at top level, names it reads from the notebook's globals)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        table = symtable.symtable(TransformerManager().transform_cell(code), "<cell>", "exec")
+    except SyntaxError:
+        return set(), set()
+    bound = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    read = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+    stack = list(table.get_children())
+    while stack:  # functions, lambdas, comprehensions: the globals they read
+        child = stack.pop()
+        stack.extend(child.get_children())
+        read |= {s.get_name() for s in child.get_symbols() if s.is_global() and s.is_referenced()}
+    return bound, read - bound
+
+
+@pytest.mark.parametrize("aid", IDS)
+def test_no_cell_outside_an_exercise_needs_its_solution(course, aid):
+    """Names only a worked solution binds are read by no other cell (in the release that cell would fail)."""
+    source = course["source"][aid]
+    exercises = {ex.solution_id: ex for ex in classroom.exercises(source)}
+    others = [
+        c for c in source.cells
+        if c.cell_type == "code" and c.get("id") not in exercises and not classroom.is_test_cell(c)
+    ]  # fmt: skip
+    bound_elsewhere = set().union(*(global_names(src(c))[0] for c in others))
+    only_in_solutions = set().union(*(global_names(ex.region)[0] for ex in exercises.values())) - bound_elsewhere
+    for cell in others:
+        used = global_names(src(cell))[1] & only_in_solutions
+        assert not used, f"{aid} cell {cell.get('id')!r} reads {sorted(used)}, bound only in a worked solution"
+
+
+# ------------------------------------------------------------------------------------------- grading
+
+
+@pytest.mark.parametrize("aid", IDS)
+def test_reference_solutions_get_full_marks(course, graded, aid):
+    needs_exercises(course, aid)
+    score, max_score, cells = graded["scores"][REFERENCE, aid]
+    assert max_score > 0 and score == max_score, f"{aid}: reference scored {score}/{max_score}: {cells}"
+    nb = autograded(graded, REFERENCE, aid)
+    tagged = {c.get("id") for c in course["source"][aid].cells if "raises-exception" in c.metadata.get("tags", [])}
+    for cell in nb.cells:
+        if cell.get("id") not in tagged:
+            assert not errors(cell), f"{aid}: cell {cell.get('id')!r} failed in the reference run: {errors(cell)}"
+
+
+@pytest.mark.parametrize("aid", IDS)
+def test_wrong_answers_get_fewer_marks_and_the_hint(course, graded, aid):
+    needs_exercises(course, aid)
+    score, max_score, cells = graded["scores"][LEARNER, aid]
+    assert score < max_score, f"{aid}: the learner's submission got full marks"
+    nb = autograded(graded, LEARNER, aid)
+    by_id = {c.get("id"): c for c in nb.cells}
+    feedback_path = graded["copies"][LEARNER] / "feedback" / LEARNER / aid / f"{aid}.html"
+    feedback = html.unescape(feedback_path.read_text())
+    for ex in classroom.exercises(course["source"][aid]):
+        state = graded["states"][aid][ex.solution_id]
+        assert cells[ex.test_id][0] == 0, f"{aid}: {state} answer in {ex.test_id} got {cells[ex.test_id]}"
+        shown = shown_feedback(by_id[ex.solution_id])
+        failed = errors(by_id[ex.test_id])
+        assert failed and failed[0] == f"AssertionError: {shown}", (
+            f"{aid}: the grader's message for {ex.test_id} differs from the learner's feedback:\n"
+            f"  shown:  {shown!r}\n  graded: {failed}"
+        )
+        if state == "wrong":
+            assert shown.startswith(("Not yet: ", "Check the form of your answer: ")), shown
+            hint = shown.split(": ", 1)[1].splitlines()[0]
+            assert hint in feedback, f"{aid}: the hint for {ex.test_id} is not in the feedback page"
+        else:
+            assert shown.startswith("Your turn: replace the ..."), shown
+
+
+@pytest.mark.parametrize("aid", IDS)
+def test_release_fails_only_in_exercise_cells_with_a_clear_message(course, graded, aid):
+    needs_exercises(course, aid)
+    nb = autograded(graded, LEARNER, aid)
+    source = course["source"][aid]
+    tests = {ex.test_id for ex in classroom.exercises(source)}
+    tagged = {c.get("id") for c in source.cells if "raises-exception" in c.metadata.get("tags", [])}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if src(cell).strip():
+            assert cell.execution_count is not None, f"{aid}: cell {cell.get('id')!r} did not run"
+        if cell.get("id") in tests:
+            assert errors(cell), f"{aid}: {cell.get('id')} passed without an answer"
+        elif cell.get("id") not in tagged:
+            assert not errors(cell), f"{aid}: cell {cell.get('id')!r} fails in the student release: {errors(cell)}"
+
+
+# ------------------------------------------------------------------------------------------ handouts
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links, self.sources, self.ids = [], [], set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        if tag == "a" and attrs.get("href"):
+            self.links.append(attrs["href"])
+        if tag in ("img", "script", "link", "iframe") and (attrs.get("src") or attrs.get("href")):
+            self.sources.append(attrs.get("src") or attrs.get("href"))
+
+
+@pytest.fixture(scope="module")
+def handout_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("handouts")
+    classroom.handouts(NOTEBOOKS, out)
+    return out
+
+
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text())
+    return page
+
+
+def test_handouts_contents_page_lists_every_notebook(handout_dir):
+    page = _parse(handout_dir / "index.html")
+    assert [link for link in page.links] == [f"{p.stem}.html" for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_handout_page(handout_dir, path):
+    page_path = handout_dir / f"{path.stem}.html"
+    assert page_path.exists()
+    text = page_path.read_text()
+    page = _parse(page_path)
+    for href in page.links:
+        url = urlparse(href)
+        if url.scheme in ("http", "https", "mailto"):
+            continue
+        target = page_path if not url.path else (handout_dir / unquote(url.path))
+        assert target.exists(), f"{page_path.name}: link {href!r} leads nowhere"
+        if url.fragment and target.suffix == ".html":
+            ids = _parse(target).ids  # a browser looks the fragment up as written, then percent-decoded
+            assert url.fragment in ids or unquote(url.fragment) in ids, f"{page_path.name}: anchor {href!r} not found"
+    for ref in page.sources:  # self-contained: nothing to fetch (MathJax only for a formula mathtext cannot draw)
+        assert not ref.startswith(("http:", "https:", "//")) or "mathjax" in ref.lower(), f"{page_path.name} loads {ref}"
+    # No error output: nbconvert renders errors (and stderr) with this mime type.
+    assert 'data-mime-type="application/vnd.jupyter.stderr"' not in text, f"{page_path.name} shows an error"
+    assert "Traceback (most recent call last)" not in text
+    nb = nbformat.read(path, as_version=4)
+    widgets = [c for c in nb.cells if classroom.is_widget_cell(c)]
+    assert text.count('class="al-widget-note"') == len(widgets)
+    assert "application/vnd.jupyter.widget-view+json" not in text
+    raising = [c for c in nb.cells if "raises-exception" in c.metadata.get("tags", []) and errors(c)]
+    assert text.count('class="al-expected-error"') == len(raising)
+    graphs = sum("image/svg+xml" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert text.count('data-mime-type="image/svg+xml"') == graphs, "every graph is shown as SVG"
+    plots = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert text.count('src="data:image/png;base64,') >= plots, "plots are embedded images"
