@@ -59,6 +59,13 @@ notebooks: setup
 bench: setup
 	$(PY) tools/bench.py
 
+# The classroom kit (tools/classroom.py; README > Teaching with this course). Build outputs only, in build/.
+student: setup
+	$(PY) tools/classroom.py student $(or $(NB),notebooks/[0-9][0-9]_*.ipynb)
+
+handouts: setup
+	$(PY) tools/classroom.py handouts $(or $(NB),notebooks/[0-9][0-9]_*.ipynb)
+
 lock: $(STAMP)
 	$(PY) tools/lock.py > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
