@@ -19,6 +19,15 @@ from autograd_lab.exercises import gradient_accumulation as ex
 matplotlib.use("Agg")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The models here are tiny: one CPU thread is fastest (as in the notebook); restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # --------------------------------------------------------------------------- the seed's worked example
 
 
