@@ -1,0 +1,364 @@
+"""Answer checks for notebook 05, accumulation pitfalls.
+
+The experiment itself (one full-batch update against k accumulated micro-batches)
+is written out in the notebook. This module holds only what the checks need: the
+set-ups of exercise 1 with their verdicts (tests/test_accumulation_pitfalls.py
+measures every one of them, so a PyTorch release that changes one is caught),
+and, for exercises 2 and 3, a reference run to compare the learner's code with.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from torch.nn.functional import mse_loss
+
+from . import Feedback, correct, is_unanswered, malformed, unanswered, wrong
+
+__all__ = [
+    "IN_FEATURES",
+    "HIDDEN",
+    "LAM",
+    "MAX_NORM",
+    "SETUPS",
+    "VERDICTS",
+    "check_accumulated_update",
+    "check_normalized_model",
+    "check_predictions",
+    "full_batch_reference",
+    "penalty",
+]
+
+IN_FEATURES, HIDDEN = 8, 16  # the notebook's model sizes
+LAM, MAX_NORM = 0.05, 0.5  # exercise 2: L2 penalty strength, clipping threshold
+
+# ---------------------------------------------------------------- exercise 1: predict the verdicts
+
+VERDICTS = ("equivalent", "not equivalent", "only in distribution")
+
+SETUPS = {
+    "A": "AdamW; a model with LayerNorm; each micro-batch loss multiplied by its share len(xb) / len(x)",
+    "B": "SGD; a model with BatchNorm1d in training mode; each micro-batch loss multiplied by its share",
+    "C": "SGD; clip_grad_norm_ called right after every micro-batch's backward()",
+    "D": "SGD; each micro-batch loss computed with reduction='sum', then divided by the full batch size N",
+    "E": "Adam; a model with two Dropout layers; each micro-batch loss multiplied by its share",
+    "F": "SGD(weight_decay=0.01) instead of a penalty in the loss; each micro-batch loss multiplied by its share",
+}
+
+# The verdict of each set-up at k = 4. Typed here as an answer key; the unit tests run every
+# set-up and fail if a PyTorch release changes one.
+ANSWERS = {
+    "A": "equivalent",
+    "B": "not equivalent",
+    "C": "not equivalent",
+    "D": "equivalent",
+    "E": "only in distribution",
+    "F": "equivalent",
+}
+
+_WHY = {
+    "A": "LayerNorm normalizes each sample over its own features, so no sample sees another; "
+    "AdamW reads the summed .grad once, in step().",
+    "B": "BatchNorm normalizes with the statistics of the batch it is given: each micro-batch gets its own mean "
+    "and variance, so every sample's output and gradient change (and the running statistics are updated k times).",
+    "C": "clipping is not linear: clipping the partial sums along the way is not the same as clipping the "
+    "finished gradient once. Clip once, after the loop, right before step().",
+    "D": "sum over the micro-batch divided by N is the micro-batch mean times its share n_i / N: "
+    "the k pieces add up to the full-batch mean, whatever the micro-batch sizes.",
+    "E": "the dropout masks come from the random stream in another order (layer 1 and 2 alternate per micro-batch), "
+    "so one seed gives other masks; the masks have the same distribution, so the average over seeds agrees.",
+    "F": "weight decay in the optimizer acts once per step() on the parameters, not once per backward(): "
+    "it does not care how .grad was accumulated.",
+}
+
+
+def _normalize_verdict(value):
+    if not isinstance(value, str):
+        return None
+    text = " ".join(value.lower().replace("_", " ").replace("-", " ").split())
+    aliases = {"not": "not equivalent", "in distribution": "only in distribution", "equal": "equivalent"}
+    text = aliases.get(text, text)
+    return text if text in VERDICTS else None
+
+
+def check_predictions(answer) -> Feedback:
+    """Exercise 1: a dict mapping each set-up letter in ``SETUPS`` to one of ``VERDICTS``."""
+    form = 'a dict like {"A": "equivalent", "B": "not equivalent", ...} with one of ' + ", ".join(
+        repr(v) for v in VERDICTS
+    )
+    if is_unanswered(answer):
+        return unanswered(form)
+    if not isinstance(answer, dict):
+        return malformed(f"expected {form}; got {type(answer).__name__}.")
+    keys = {str(k).strip().upper(): v for k, v in answer.items()}
+    missing = [k for k in SETUPS if k not in keys]
+    unknown = sorted(set(keys) - set(SETUPS))
+    if unknown:
+        return malformed(f"there is no set-up {', '.join(unknown)}; the set-ups are {', '.join(SETUPS)}.")
+    if missing:
+        return malformed(f"give a verdict for every set-up; missing: {', '.join(missing)}.")
+    bad = [k for k in SETUPS if _normalize_verdict(keys[k]) is None]
+    if bad:
+        return malformed(
+            f"the verdict for {', '.join(bad)} is not one of " + ", ".join(repr(v) for v in VERDICTS) + "."
+        )
+    wrong_keys = [k for k in SETUPS if _normalize_verdict(keys[k]) != ANSWERS[k]]
+    if not wrong_keys:
+        return correct(
+            "all six. Accumulation is exact when nothing in the step looks across samples of a batch "
+            "(BatchNorm does), nothing non-linear acts on the partial sums (clipping inside the loop), "
+            "and every random draw happens in the same order."
+        )
+    lines = [f"- {k} is {ANSWERS[k]}: {_WHY[k]}" for k in wrong_keys]
+    count = len(wrong_keys)
+    return wrong(f"{count} of {len(SETUPS)} not yet right:\n" + "\n".join(lines))
+
+
+# ---------------------------------------------------------------- a reference run for exercises 2 and 3
+
+
+def penalty(model: nn.Module) -> torch.Tensor:
+    """The L2 penalty of exercise 2: the sum of every parameter squared."""
+    return sum((p**2).sum() for p in model.parameters())
+
+
+def full_batch_reference(model, opt, x, y):
+    """Exercise 2's full-batch update: loss with an L2 penalty, clipping, one step."""
+    opt.zero_grad()
+    loss = mse_loss(model(x), y) + LAM * penalty(model)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+    opt.step()
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 1))
+
+
+def _largest_param_diff(model_a, model_b, start):
+    with torch.no_grad():
+        moved = max(float((p - s).abs().max()) for p, s in zip(model_b.parameters(), start))
+        diff = max(float((a - b).abs().max()) for a, b in zip(model_a.parameters(), model_b.parameters()))
+    return diff / moved
+
+
+def _run(make_model, full, accumulated, k, *, n=24, updates=2, seed=0, make_opt=None):
+    """Parameters of ``full`` against ``accumulated`` after ``updates`` updates: the largest relative difference."""
+    make_opt = make_opt or (lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9))
+    gen = torch.Generator().manual_seed(seed)
+    data = [(torch.randn(n, IN_FEATURES, generator=gen), torch.randn(n, 1, generator=gen)) for _ in range(updates)]
+    torch.manual_seed(seed)
+    model_f = make_model()
+    model_a = copy.deepcopy(model_f)
+    opt_f, opt_a = make_opt(model_f.parameters()), make_opt(model_a.parameters())
+    start = [p.detach().clone() for p in model_f.parameters()]
+    for x, y in data:
+        torch.manual_seed(seed + 1)
+        full(model_f, opt_f, x, y)
+        torch.manual_seed(seed + 1)
+        accumulated(model_a, opt_a, x, y, k)
+    return _largest_param_diff(model_a, model_f, start)
+
+
+# ---------------------------------------------------------------- exercise 2: write the accumulated update
+
+
+def _micro(x, y, k):
+    return zip(x.tensor_split(k), y.tensor_split(k))
+
+
+def _right(model, opt, x, y, k):
+    opt.zero_grad()
+    for xb, yb in _micro(x, y, k):
+        share = len(xb) / len(x)
+        ((mse_loss(model(xb), yb) + LAM * penalty(model)) * share).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+    opt.step()
+
+
+def _variant(*, clip="after", pen="scaled", scale="share", step="once", zero=True):
+    def update(model, opt, x, y, k):
+        if zero:
+            opt.zero_grad()
+        for xb, yb in _micro(x, y, k):
+            w = {"share": len(xb) / len(x), "k": 1 / k, "none": 1.0}[scale]
+            loss = mse_loss(model(xb), yb) * w
+            if pen == "scaled":
+                loss = loss + LAM * penalty(model) * w
+            elif pen == "every":
+                loss = loss + LAM * penalty(model)
+            loss.backward()
+            if clip == "inside":
+                nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+            if step == "inside":
+                opt.step()
+        if clip == "after":
+            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        if step == "once":
+            opt.step()
+
+    return update
+
+
+_DIAGNOSES = [
+    (
+        dict(clip="inside"),
+        "you clip inside the loop, after each micro-batch's backward(). Clipping is not linear: clip the "
+        "finished .grad once, after the loop, right before opt.step().",
+    ),
+    (
+        dict(pen="every"),
+        "the penalty goes into every micro-batch loss without the share, so it counts k times. "
+        "Multiply the whole micro-batch loss (error + penalty) by its share.",
+    ),
+    (dict(pen="none"), "the L2 penalty LAM * penalty(model) is missing from your loss."),
+    (dict(clip="none"), "you do not clip: call nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM) after the loop."),
+    (
+        dict(scale="none"),
+        "the micro-batch losses are not scaled: .grad becomes the sum of k means, k times the full-batch mean. "
+        "Multiply each micro-batch loss by its share len(xb) / len(x).",
+    ),
+    (
+        dict(step="inside"),
+        "you call opt.step() inside the loop: that is k small updates, not one. Step once, after the loop.",
+    ),
+    (
+        dict(zero=False),
+        "nothing clears .grad at the start of the update, so the previous update's gradient leaks into this one. "
+        "Call opt.zero_grad() first.",
+    ),
+]
+
+
+def _describe_error(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": ")
+
+
+def _same(answer, variant, k, tol):
+    """Does the learner's update land where a known variant (a known mistake) does?"""
+    try:
+        return _run(_mlp, lambda model, opt, x, y: variant(model, opt, x, y, k), answer, k) < tol
+    except Exception:
+        return False
+
+
+def _forward_sizes(update, k, n=24):
+    """The batch sizes ``update`` feeds through the model in one update."""
+    sizes = []
+    model = _mlp()
+    model.register_forward_pre_hook(lambda mod, args: sizes.append(len(args[0])))
+    update(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.randn(n, IN_FEATURES), torch.randn(n, 1), k)
+    return sizes
+
+
+def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
+    """Exercise 2: ``answer(model, opt, x, y, k)`` must leave the parameters where ``full_batch_reference`` does.
+
+    It is run with k = 2, 3 and 4 micro-batches of a 24-sample batch and with k = 5
+    (micro-batches of 5, 5, 5, 5 and 4 samples), two updates each, SGD with momentum.
+    """
+    if is_unanswered(answer):
+        return unanswered("your function (its name, without parentheses)")
+    if not callable(answer):
+        return malformed(f"expected a function taking (model, opt, x, y, k); got {type(answer).__name__}.")
+    for k in (2, 3, 4, 5):
+        try:
+            sizes = _forward_sizes(answer, k)
+            diff = _run(_mlp, full_batch_reference, answer, k)
+        except Exception as err:  # the learner's code: report it, never raise
+            return wrong(f"with k = {k} your function raised {_describe_error(err)}")
+        if 24 in sizes:
+            return wrong(
+                f"your model saw a forward pass of all 24 samples; run k = {k} micro-batches of "
+                "x.tensor_split(k) instead, one backward() each."
+            )
+        if diff < tol:
+            continue
+        if k == 5 and _same(answer, _variant(scale="k"), 5, tol):
+            return wrong(
+                "right for equal micro-batches, not for k = 5, where the 24 samples split 5, 5, 5, 5, 4: dividing "
+                "by k (or not scaling at all) gives each sample of the small micro-batch more weight. Multiply each "
+                "loss by its share len(xb) / len(x). (With equal micro-batches the clipping after the loop hid a "
+                "wrong overall scale: it rescales .grad to MAX_NORM anyway.)"
+            )
+        for kwargs, hint in _DIAGNOSES:
+            if _same(answer, _variant(**kwargs), k, tol):
+                return wrong(hint)
+        return wrong(
+            f"with k = {k} your parameters end up {diff:.2g} (relative to the step) away from the full-batch "
+            "update. Follow full_batch_reference: the same loss, scaled by each micro-batch's share, "
+            "summed by backward(), clipped once, one step."
+        )
+    return correct(
+        "your accumulated update lands where the full-batch update does, also for unequal micro-batches: "
+        "penalty inside the scaled loss, clipping once after the loop, one step."
+    )
+
+
+# ---------------------------------------------------------------- exercise 3: a normalization layer that accumulates
+
+
+_NORMS = (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm) if hasattr(nn, "RMSNorm") else (nn.LayerNorm, nn.GroupNorm)
+_BATCH_NORMS = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
+
+
+def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
+    """Exercise 3: ``answer()`` builds a model (8 inputs -> 1 output) with a normalization layer
+    whose accumulated update (k = 4, training mode) equals the full-batch update."""
+    if is_unanswered(answer):
+        return unanswered("your model-building function (its name, without parentheses)")
+    if isinstance(answer, nn.Module):
+        return malformed("you passed a model; pass the function that builds one, e.g. answer = make_model")
+    if not callable(answer):
+        return malformed(f"expected a function that takes no arguments and returns a model; got {type(answer).__name__}.")
+    try:
+        model = answer()
+        out = model(torch.randn(4, IN_FEATURES))
+    except Exception as err:
+        return wrong(f"building your model or running it on 4 samples of {IN_FEATURES} features raised {_describe_error(err)}")
+    if not isinstance(model, nn.Module):
+        return malformed(f"your function should return an nn.Module; it returned {type(model).__name__}.")
+    if tuple(out.shape) != (4, 1):
+        return wrong(f"the model should map (N, {IN_FEATURES}) to (N, 1); it gave {tuple(out.shape)} for N = 4.")
+    layers = list(model.modules())
+    if any(isinstance(m, _BATCH_NORMS) for m in layers):
+        return wrong(
+            "your model has a BatchNorm layer: in training it normalizes each micro-batch with that micro-batch's "
+            "own mean and variance, so k micro-batches never match the full batch. Pick a layer that normalizes "
+            "each sample on its own."
+        )
+    if not any(isinstance(m, _NORMS) for m in layers):
+        return wrong(
+            "there is no normalization layer in your model. Keep the normalization, but one that works on each "
+            "sample's own features (nn.LayerNorm, or nn.GroupNorm)."
+        )
+
+    def accumulated(model, opt, x, y, k):
+        opt.zero_grad()
+        for xb, yb in _micro(x, y, k):
+            (mse_loss(model(xb), yb) * len(xb) / len(x)).backward()
+        opt.step()
+
+    def full(model, opt, x, y):
+        opt.zero_grad()
+        mse_loss(model(x), y).backward()
+        opt.step()
+
+    def make_model():
+        return answer().train()
+
+    try:
+        diff = _run(make_model, full, accumulated, 4)
+    except Exception as err:
+        return wrong(f"training your model raised {_describe_error(err)}")
+    if diff < tol:
+        return correct(
+            "with a per-sample normalization, k = 4 micro-batches give the full-batch update, "
+            "up to rounding: no sample's output depends on the other samples in its micro-batch."
+        )
+    return wrong(
+        f"accumulating still changes the update (parameter difference {diff:.2g} of the step). Does some layer "
+        "mix samples, or draw random numbers (dropout)? Use only per-sample layers."
+    )
