@@ -176,7 +176,10 @@ def _weights(scale, sizes):
 
 
 def _run(model, loss_fn, inputs, targets, sizes, weights, eval_families, make_optimizer, seed, devices):
-    """Backward every micro-batch of ``sizes`` with its weight on a copy of ``model``; return its state."""
+    """Backward every micro-batch of ``sizes`` with its weight on a copy of ``model``.
+
+    Returns (gradients, buffers, parameters after one optimizer step or None, optimizer name or None).
+    """
     m = copy.deepcopy(model)
     for p in m.parameters():
         p.grad = None
@@ -194,22 +197,19 @@ def _run(model, loss_fn, inputs, targets, sizes, weights, eval_families, make_op
     grads = {n: (params[n].grad.detach().clone() if params[n].grad is not None else torch.zeros_like(params[n]))
              for n in names}
     buffers = {n: b.detach().clone() for n, b in m.named_buffers()}
-    stepped = None
+    stepped = opt_name = None
     if make_optimizer is not None:
         opt = make_optimizer([params[n] for n in names])
         if not isinstance(opt, torch.optim.Optimizer):
             raise TypeError(f"optimizer(params) must return a torch.optim.Optimizer, got {type(opt).__name__}.")
         opt.step()
         stepped = {n: params[n].detach().clone() for n in names}
-        stepped[_OPT_NAME] = type(opt).__name__
-    return grads, buffers, stepped
-
-
-_OPT_NAME = "__optimizer__"
+        opt_name = type(opt).__name__
+    return grads, buffers, stepped, opt_name
 
 
 def _close(a, b, atol, rtol):
-    return all(torch.allclose(a[n].float(), b[n].float(), atol=atol, rtol=rtol) for n in a if n != _OPT_NAME)
+    return all(torch.allclose(a[n].float(), b[n].float(), atol=atol, rtol=rtol) for n in a)
 
 
 def _buffers_differ(a, b, atol, rtol):
@@ -312,14 +312,11 @@ def check_accumulation(
         return full, acc
 
     full, acc = compare()
-    (g_full, b_full, p_full), (g_acc, b_acc, p_acc) = full, acc
+    (g_full, b_full, p_full, opt_name), (g_acc, b_acc, p_acc, _) = full, acc
     grads_agree = _close(g_acc, g_full, atol, rtol)
     buffers_differ = _buffers_differ(b_acc, b_full, atol, rtol)
     params_agree = params_max = None
-    opt_name = None
     if optimizer is not None:
-        opt_name = p_full.pop(_OPT_NAME)
-        p_acc.pop(_OPT_NAME)
         params_agree = _close(p_acc, p_full, atol, rtol)
         params_max = max(float((p_acc[n_] - p_full[n_]).abs().max()) for n_ in p_full)
     diffs = {name: float((g_acc[name].float() - g_full[name].float()).abs().max()) for name in g_full}
@@ -352,7 +349,7 @@ def _diagnose(model, sizes, scale, compare, atol, rtol, ratio, grads_agree, buff
             for s in scales:
                 if not families and s == scale:
                     continue
-                (g_full, b_full, p_full), (g_acc, b_acc, p_acc) = compare(families, s)
+                (g_full, b_full, p_full, _), (g_acc, b_acc, p_acc, _) = compare(families, s)
                 ok = _close(g_acc, g_full, atol, rtol) and not _buffers_differ(b_acc, b_full, atol, rtol)
                 if p_full is not None:
                     ok = ok and _close(p_acc, p_full, atol, rtol)
