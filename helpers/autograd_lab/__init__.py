@@ -4,12 +4,15 @@ The ideas the course teaches are written out in the notebooks; this package
 only holds the instruments the notebooks use to look at them.
 """
 
+from .accumulation import AccumulationReport, check_accumulation
 from .env import choose_device, environment_report
 from .graph import AutogradGraph, GraphvizMissing, chain, draw_graph, graph_nodes
 from .measure import SavedTensors, count_nodes, time_call
 from .widgets import live
 
 __all__ = [
+    "AccumulationReport",
+    "check_accumulation",
     "AutogradGraph",
     "GraphvizMissing",
     "SavedTensors",
