@@ -421,6 +421,9 @@ def handout_notebook(nb):
             continue
         if cell.cell_type != "code":
             continue
+        cell.source = re.sub(r"^# NBVAL_\w+[ \t]*\n?", "", _src(cell), flags=re.M)  # nbval's markers: test plumbing
+        if is_solution_cell(cell):
+            cell.metadata["al_handout"] = "solution"  # the page folds it under "Worked solution"
         if is_widget_cell(cell):
             meta = cell.metadata["autograd_lab"]
             note = (
