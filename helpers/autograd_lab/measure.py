@@ -6,7 +6,11 @@ looped loss, an accumulation loop) is written in the notebooks.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import statistics
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -14,7 +18,7 @@ import torch.utils.benchmark as benchmark
 
 from .graph import graph_nodes
 
-__all__ = ["SavedTensors", "count_nodes", "time_call", "Timing"]
+__all__ = ["SavedTensors", "count_nodes", "time_call", "Timing", "heap_bytes", "held_bytes"]
 
 
 def count_nodes(tensors) -> int:
@@ -131,3 +135,84 @@ def time_call(fn, *, min_run_time: float = 0.2, label: str = "", threads: int | 
     times = list(m.times)
     iqr = statistics.quantiles(times, n=4)[2] - statistics.quantiles(times, n=4)[0] if len(times) > 1 else 0.0
     return Timing(median=m.median, iqr=iqr, runs=len(times), label=label, times=times)
+
+
+# --------------------------------------------------------------------------------------------
+# The C heap: what a graph holds beyond the tensors it saved (nodes, tensor records, allocator headers)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+    ]
+
+
+def _load_mallinfo2():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.mallinfo2  # glibc >= 2.33
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    fn.argtypes = []
+    return fn
+
+
+_MALLINFO2 = _load_mallinfo2()
+
+
+def heap_bytes() -> int | None:
+    """Bytes the C heap (``malloc``) has handed out and not yet taken back, in this process.
+
+    Read from glibc's ``mallinfo2`` (all arenas, plus the large blocks malloc maps
+    directly). That is where PyTorch keeps CPU tensor storages, tensor records and
+    autograd's graph nodes; small Python objects live elsewhere (Python's own
+    allocator) and are not counted. ``None`` where the C library has no
+    ``mallinfo2`` (macOS, Windows, musl, glibc older than 2.33).
+    """
+    if _MALLINFO2 is None:
+        return None
+    info = _MALLINFO2()
+    return int(info.uordblks + info.hblkhd)
+
+
+def held_bytes(build, *, repeats: int = 3) -> int | None:
+    """C heap bytes that the object returned by ``build()`` keeps alive (median over ``repeats``).
+
+    ``build`` is called once first to warm up (lazy initialisations, caches), then
+    ``repeats`` times: each time the heap is read before the call and again while
+    its result is still alive; the result is then dropped. Python's cyclic garbage
+    collector is paused meanwhile, so that it frees nothing else in between.
+
+    For a loss, that is what its graph holds: the saved tensors' storages *and*
+    the bookkeeping around them (graph nodes, edges, tensor records, allocator
+    headers and alignment), the loss itself, and nothing the graph freed on the
+    way. An estimate, good to a few kilobytes: malloc keeps a few freed blocks of
+    each small size for quick reuse and reports them as in use. ``None`` where
+    :func:`heap_bytes` is not available.
+    """
+    if not callable(build):
+        raise TypeError(f"held_bytes expects a function taking no arguments, got {type(build).__name__}.")
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1.")
+    if heap_bytes() is None:
+        return None
+    gc.collect()  # once, before measuring: garbage left by earlier code must not be freed mid-measurement
+    was_enabled = gc.isenabled()
+    gc.disable()  # no collection of other garbage while the heap is read (and no slow full collections)
+    try:
+        result = build()  # warm-up
+        del result
+        sizes = []
+        for _ in range(repeats):
+            before = heap_bytes()
+            result = build()
+            sizes.append(heap_bytes() - before)
+            del result
+    finally:
+        if was_enabled:
+            gc.enable()
+    return int(statistics.median(sizes))

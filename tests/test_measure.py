@@ -1,0 +1,151 @@
+"""The measuring instruments against answers worked out by hand.
+
+No timings here (speed belongs to the benchmark): node counts, bytes saved for
+backward, and heap bytes held, each on a graph small enough to count on paper.
+"""
+
+import pytest
+import torch
+
+import autograd_lab as lab
+from autograd_lab import measure
+from autograd_lab.measure import heap_bytes, held_bytes
+
+# ---------------------------------------------------------------- count_nodes
+
+
+def test_count_nodes_of_a_chain_counted_by_hand():
+    w = torch.randn(5, requires_grad=True)
+    x = torch.randn(5)
+    loss = ((w * x) ** 2).sum()
+    # SumBackward0 -> PowBackward0 -> MulBackward0 -> AccumulateGrad(w); x needs no grad: no node
+    assert lab.count_nodes(loss) == 4
+
+
+def test_a_leaf_used_twice_is_one_node():
+    a = torch.randn(3, requires_grad=True)
+    b = torch.randn(3, requires_grad=True)
+    # AddBackward0, MulBackward0, AccumulateGrad(a) once (shared by both uses), AccumulateGrad(b)
+    assert lab.count_nodes(a * b + a) == 4
+
+
+def test_count_nodes_of_several_outputs_counts_shared_nodes_once():
+    a = torch.randn(3, requires_grad=True)
+    b = torch.randn(3, requires_grad=True)
+    # MulBackward0, AddBackward0, and one AccumulateGrad for each of a and b
+    assert lab.count_nodes([a * b, a + b]) == 4
+
+
+def test_no_graph_no_nodes():
+    assert lab.count_nodes(torch.ones(2)) == 0  # nothing recorded
+    assert lab.count_nodes(torch.ones(2, requires_grad=True)) == 0  # a leaf has no grad_fn
+
+
+def test_a_python_loop_adds_one_path_per_iteration():
+    w = torch.tensor(2.0, requires_grad=True)
+    for n in (1, 2, 7):
+        total = sum(w * float(k) for k in range(n))  # 0 + w*0 + w*1 + ...
+        # per iteration: MulBackward0 and AddBackward (the running sum); plus AccumulateGrad(w)
+        assert lab.count_nodes(total) == 2 * n + 1
+
+
+# ---------------------------------------------------------------- SavedTensors
+
+
+def test_saved_bytes_counted_by_hand():
+    x = torch.randn(100)  # float32: 400 bytes
+    w = torch.randn(100, requires_grad=True)
+    with lab.SavedTensors(exclude=[x, w]) as saved:
+        out = torch.tanh(w * x) ** 2
+    # MulBackward0 saves x (w's gradient needs it; w is not saved since x needs no grad): excluded.
+    # TanhBackward0 saves its result (400 bytes); PowBackward0 saves its input, the same storage.
+    assert (saved.bytes, saved.storages, saved.tensors) == (400, 1, 3)
+    assert saved.mib == 400 / 2**20
+    assert "400 bytes in 1 storages, 3 tensors saved" in repr(saved)
+    del out
+
+
+def test_saved_bytes_without_exclusions_count_the_input_too():
+    x = torch.randn(100)
+    w = torch.randn(100, requires_grad=True)
+    with lab.SavedTensors() as saved:
+        torch.tanh(w * x) ** 2
+    assert (saved.bytes, saved.storages, saved.tensors) == (800, 2, 3)
+
+
+def test_views_of_one_storage_are_counted_once_and_dtype_sets_the_size():
+    w = torch.randn(10, 8, dtype=torch.float64, requires_grad=True)
+    with lab.SavedTensors(exclude=[w]) as saved:
+        h = torch.exp(w)  # saves its result: 10 * 8 * 8 bytes
+        (h[:5] * h[5:]).sum()  # saves two views of h's storage
+    assert (saved.bytes, saved.storages) == (640, 1)
+    assert saved.tensors == 3
+
+
+def test_nothing_saved_for_an_addition():
+    a = torch.randn(4, requires_grad=True)
+    with lab.SavedTensors() as saved:
+        (a + a).sum()
+    assert (saved.bytes, saved.storages, saved.tensors) == (0, 0, 0)
+
+
+def test_saved_tensors_rejects_a_bad_exclude():
+    with pytest.raises(TypeError, match="iterable of tensors"):
+        lab.SavedTensors(exclude=3)
+    with pytest.raises(TypeError, match="tensors only"):
+        lab.SavedTensors(exclude=[torch.ones(1), "x"])
+
+
+# ---------------------------------------------------------------- heap_bytes, held_bytes
+
+needs_heap = pytest.mark.skipif(heap_bytes() is None, reason="the C library reports no heap statistics here")
+
+
+@needs_heap
+def test_heap_bytes_grow_by_a_large_allocation():
+    before = heap_bytes()
+    block = torch.empty(4_000_000, dtype=torch.uint8)
+    after = heap_bytes()
+    assert 4_000_000 <= after - before <= 4_000_000 + 65536
+    del block
+
+
+@needs_heap
+@pytest.mark.parametrize("size", [100_000, 1_000_000])
+def test_held_bytes_of_a_tensor_is_its_storage(size):
+    held = held_bytes(lambda: torch.empty(size, dtype=torch.uint8))
+    assert size <= held <= size + 4096
+
+
+@needs_heap
+def test_held_bytes_of_nothing_is_about_nothing():
+    assert abs(held_bytes(lambda: None)) <= 4096
+
+
+@needs_heap
+def test_held_bytes_count_what_a_graph_keeps_beyond_its_saved_data():
+    w = torch.randn(1, requires_grad=True)
+    xs = torch.randn(2000)
+
+    def looped():  # 2000 one-number paths, each saving one 4-byte number
+        return torch.stack([(w * x).exp() for x in xs]).sum()
+
+    def vectorized():
+        return (w * xs).exp().sum()
+
+    held_loop, held_vec = held_bytes(looped), held_bytes(vectorized)
+    assert held_vec < 4 * 2000 * 2 + 16384  # about the data: exp's result (8000 bytes), little more
+    assert held_loop > 50 * held_vec  # nodes, tensor records, one small block per number
+
+
+def test_held_bytes_where_the_heap_cannot_be_read(monkeypatch):
+    monkeypatch.setattr(measure, "_MALLINFO2", None)
+    assert heap_bytes() is None
+    assert held_bytes(lambda: torch.ones(3)) is None
+
+
+def test_held_bytes_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="function taking no arguments"):
+        held_bytes(torch.ones(3))
+    with pytest.raises(ValueError, match="at least 1"):
+        held_bytes(lambda: None, repeats=0)

@@ -1,0 +1,264 @@
+"""Notebook 03: the facts its prose relies on, and its exercise checks.
+
+The losses are written out again here (not read from the notebook), so the
+facts are checked independently of it. One test guards the other direction:
+the exercise references in the helper package match what the notebook shows.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+import autograd_lab as lab
+from autograd_lab.exercises import vectorized_vs_looped as ex
+from autograd_lab.measure import heap_bytes, held_bytes
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_vectorized_vs_looped.ipynb"
+
+
+def mean_loss(model, x, y):
+    return ((y - model(x).squeeze(1)) ** 2).mean()
+
+
+def loop_loss(model, x, y):
+    per_sample = [(y[k] - model(x[k])) ** 2 for k in range(len(y))]
+    return torch.stack(per_sample).mean()
+
+
+def scalar_model():
+    model = nn.Linear(1, 1, bias=False)
+    nn.init.ones_(model.weight)
+    return model
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 1))
+
+
+@pytest.fixture(scope="module")
+def data():
+    gen = torch.Generator().manual_seed(1)
+    return torch.randn(1000, 16, generator=gen), torch.randn(1000, generator=gen)
+
+
+# ---------------------------------------------------------------- section 1: the seed's two examples
+
+
+def test_seed_examples_give_the_seed_values_and_equal_gradients():
+    x = torch.tensor([[4.0], [2.0]])
+    y = 2 * x.squeeze(1)
+    m1, m2 = scalar_model(), scalar_model()
+    assert m1.weight.grad is None and m2.weight.grad is None
+    errors = (y - m1(x).squeeze(1)) ** 2
+    assert errors.tolist() == [16.0, 4.0] and type(errors.grad_fn).__name__ == "PowBackward0"
+    mean_loss(m1, x, y).backward()
+    loop_loss(m2, x, y).backward()
+    assert m1.weight.grad.item() == m2.weight.grad.item() == -20.0
+
+
+def test_mlp_gradients_equal(mlp, data):
+    x, y = data[0][:50], data[1][:50]
+    g_vec = torch.autograd.grad(mean_loss(mlp, x, y), list(mlp.parameters()))
+    g_loop = torch.autograd.grad(loop_loss(mlp, x, y), list(mlp.parameters()))
+    for a, b in zip(g_vec, g_loop):
+        torch.testing.assert_close(a, b)
+
+
+# ---------------------------------------------------------------- section 2: graph size
+
+
+@pytest.mark.parametrize("model_kind", ["scalar", "mlp"])
+def test_looped_graph_grows_linearly_vectorized_stays_constant(model_kind, mlp, data):
+    model, features = (scalar_model(), 1) if model_kind == "scalar" else (mlp, 16)
+    x, y = data[0][:, :features], data[1]
+    looped = {n: lab.count_nodes(loop_loss(model, x[:n], y[:n])) for n in (1, 2, 37, 1000)}
+    vectorized = {n: lab.count_nodes(mean_loss(model, x[:n], y[:n])) for n in (1, 2, 37, 1000)}
+    per_sample, shared = looped[2] - looped[1], 2 * looped[1] - looped[2]
+    assert per_sample > 0 and shared > 0
+    assert all(count == per_sample * n + shared for n, count in looped.items())
+    assert len(set(vectorized.values())) == 1
+
+
+def test_scalar_loop_per_sample_path_is_one_chain_and_shared_nodes_are_mean_stack_leaf():
+    x = torch.tensor([[4.0], [2.0]])
+    names_1 = [type(n).__name__ for n in lab.graph_nodes(loop_loss(scalar_model(), x[:1], 2 * x[:1, 0]))]
+    names_2 = [type(n).__name__ for n in lab.graph_nodes(loop_loss(scalar_model(), x, 2 * x[:, 0]))]
+    shared = {"MeanBackward0", "StackBackward0", "AccumulateGrad"}
+    assert shared <= set(names_1) and names_1.count("AccumulateGrad") == names_2.count("AccumulateGrad") == 1
+    assert len(names_2) - len(names_1) == len(names_1) - len(shared)
+
+
+# ---------------------------------------------------------------- section 3: memory
+
+
+def saved_bytes(loss_fn, model, x, y):
+    with lab.SavedTensors(exclude=[x, y, *model.parameters()]) as saved:
+        loss_fn(model, x, y)
+    return saved
+
+
+@pytest.mark.parametrize("n", [10, 100, 1000])
+def test_saved_bytes_equal_for_the_mlp(n, mlp, data):
+    x, y = data[0][:n], data[1][:n]
+    vec, loop = saved_bytes(mean_loss, mlp, x, y), saved_bytes(loop_loss, mlp, x, y)
+    assert vec.bytes == loop.bytes == n * (64 + 1) * 4  # tanh outputs and errors, float32
+    assert (vec.storages, loop.storages) == (2, 2 * n)
+
+
+@pytest.mark.skipif(heap_bytes() is None, reason="the C library reports no heap statistics here")
+def test_the_loops_bookkeeping_outweighs_its_saved_data(mlp, data):
+    n = 300
+    y = data[1][:n]
+    for model, x, data_factor in ((scalar_model(), data[0][:n, :1], 100), (mlp, data[0][:n], 1)):
+        saved = saved_bytes(loop_loss, model, x, y).bytes
+        heap_loop = held_bytes(lambda: loop_loss(model, x, y), repeats=1)
+        heap_vec = held_bytes(lambda: mean_loss(model, x, y), repeats=1)
+        assert heap_loop > 10 * heap_vec  # far more heap for the same saved data
+        assert heap_loop - saved > data_factor * saved  # bookkeeping: more than the data, 100x for one-number samples
+
+
+# ---------------------------------------------------------------- section 5: per-sample gradients
+
+
+def test_per_sample_gradients_loop_equals_vmap_and_their_mean_is_the_batch_gradient(mlp, data):
+    x, y = data[0][:20], data[1][:20]
+    params = {k: v.detach() for k, v in mlp.named_parameters()}
+    vmapped = vmap(grad(lambda p, xk, yk: ((yk - functional_call(mlp, p, (xk,))) ** 2).sum()), in_dims=(None, 0, 0))(
+        params, x, y
+    )
+    names = list(params)
+    batch = dict(zip(names, torch.autograd.grad(mean_loss(mlp, x, y), list(mlp.parameters()))))
+    for k in range(len(y)):
+        one = torch.autograd.grad(((y[k] - mlp(x[k])) ** 2).sum(), list(mlp.parameters()))
+        for name, g in zip(names, one):
+            torch.testing.assert_close(vmapped[name][k], g)
+    for name in names:
+        torch.testing.assert_close(vmapped[name].mean(0), batch[name])
+
+
+# ---------------------------------------------------------------- exercise 1
+
+
+def test_ex1_reference_is_the_loop_tested_here():
+    x = torch.randn(9, 1)
+    assert lab.count_nodes(ex.reference_looped_loss(ex.scalar_model(), x, x[:, 0])) == lab.count_nodes(
+        loop_loss(scalar_model(), x, x[:, 0])
+    )
+
+
+def _counts(n):
+    x = torch.randn(n, 1)
+    return lab.count_nodes(loop_loss(scalar_model(), x, x[:, 0]))
+
+
+def test_ex1_right_answer_passes():
+    truth = _counts(50)
+    fb = ex.check_looped_nodes(truth, n=50)
+    assert fb.passed and str(truth) in fb.message
+    assert ex.check_looped_nodes(float(truth), n=50).passed  # 253.0 is a whole number too
+    assert ex.check_looped_nodes(_counts(12), n=12).passed
+
+
+def test_ex1_each_slip_gets_its_hint():
+    per_sample, shared = _counts(2) - _counts(1), 2 * _counts(1) - _counts(2)
+    vectorized = lab.count_nodes(mean_loss(scalar_model(), torch.ones(5, 1), torch.ones(5)))
+    cases = {
+        vectorized: "does not depend on N",
+        per_sample * 50: "not the nodes all samples share",
+        (per_sample + 1) * 50 + shared - 1: "shared by every path",
+        _counts(2): "the count for N = 2",
+        per_sample * 50 + shared + 1: "off by one",
+        per_sample * 50 + shared - 1: "off by one",
+        12345: "(nodes per sample) x N + (nodes shared by all samples)",
+    }
+    for answer, hint in cases.items():
+        fb = ex.check_looped_nodes(answer, n=50)
+        assert fb.status == "wrong" and hint in fb.message, (answer, fb)
+
+
+@pytest.mark.parametrize("answer", ["253", 25.5, True, [253]])
+def test_ex1_malformed(answer):
+    fb = ex.check_looped_nodes(answer, n=50)
+    assert fb.status == "malformed" and "whole number" in fb.message
+
+
+def test_ex1_unanswered():
+    assert ex.check_looped_nodes(..., n=50).status == "unanswered"
+
+
+# ---------------------------------------------------------------- exercise 2
+
+
+def solution(w, x, y, weights):
+    return (weights * (x @ w - y) ** 2).sum() / weights.sum()
+
+
+def test_ex2_reference_equals_the_loop_and_the_solution():
+    gen = torch.Generator().manual_seed(5)
+    w, x, y, weights = torch.randn(3, generator=gen), torch.randn(6, 3, generator=gen), torch.randn(6, generator=gen), torch.rand(6, generator=gen)
+    torch.testing.assert_close(ex.reference_weighted_loss_loop(w, x, y, weights), solution(w, x, y, weights))
+
+
+def test_ex2_right_answer_passes():
+    fb = ex.check_vectorized_loss(solution)
+    assert fb.passed and "for any N" in fb.message
+    # an equivalent form passes too
+    assert ex.check_vectorized_loss(lambda w, x, y, v: torch.dot(v, (x @ w - y).pow(2)) / v.sum()).passed
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        (lambda w, x, y, v: (v * (x @ w - y) ** 2).mean(), "divided by N"),
+        (lambda w, x, y, v: (v * (x @ w - y) ** 2).sum(), "forgot the final division"),
+        (lambda w, x, y, v: ((x @ w - y) ** 2).mean(), "ignores the weights"),
+        (lambda w, x, y, v: ((x @ w - y) ** 2).sum() / v.sum(), "multiplied by its own weight"),
+        (lambda w, x, y, v: (v * (x @ w - y)).sum() / v.sum(), "squared before it is weighted"),
+        (lambda w, x, y, v: (v * (x @ w - y) ** 3).sum() / v.sum(), "match it term by term"),
+        (ex.reference_weighted_loss_loop, "graph grows with N"),
+        (lambda w, x, y, v: v * (x @ w - y) ** 2 / v.sum(), "one number"),
+        (lambda w, x, y, v: torch.tensor(solution(w, x, y, v).item()), "no grad_fn"),
+        (lambda w, x, y, v: solution(w.detach(), x, y, v) + 0 * w.sum(), "different gradient"),
+        (lambda w, x, y, v: x * w, "returned shape"),
+        (lambda w, x, y, v: torch.mm(w, x), "raised RuntimeError"),
+        (lambda w, x, y, v: None, "returns nothing yet"),
+    ],
+)
+def test_ex2_each_mistake_gets_its_hint(answer, hint):
+    fb = ex.check_vectorized_loss(answer)
+    assert fb.status == "wrong" and hint in fb.message, fb
+
+
+def test_ex2_malformed_and_unanswered():
+    assert ex.check_vectorized_loss(...).status == "unanswered"
+    fb = ex.check_vectorized_loss(solution(torch.ones(3), torch.ones(2, 3), torch.ones(2), torch.ones(2)))
+    assert fb.status == "malformed" and "the function" in fb.message
+    fb = ex.check_vectorized_loss(lambda w, x, y, v: solution(w, x, y, v).item())
+    assert fb.status == "malformed" and "return a tensor" in fb.message
+
+
+# ---------------------------------------------------------------- the notebook shows what the checks use
+
+
+def _notebook_cell(cell_id):
+    cells = {c.get("id"): c for c in json.loads(NOTEBOOK.read_text())["cells"]}
+    return "".join(cells[cell_id]["source"])
+
+
+def test_notebook_loops_match_the_exercise_references():
+    namespace = {"torch": torch}
+    exec(_notebook_cell("losses"), namespace)  # the notebook's own code, shown to every learner
+    exec(_notebook_cell("ex2-loop"), namespace)
+    x = torch.randn(11, 1)
+    for fn in ("looped_loss",):
+        assert lab.count_nodes(namespace[fn](ex.scalar_model(), x, x[:, 0])) == lab.count_nodes(
+            ex.reference_looped_loss(ex.scalar_model(), x, x[:, 0])
+        )
+    w, xs, y, v = torch.randn(3), torch.randn(8, 3), torch.randn(8), torch.rand(8)
+    torch.testing.assert_close(namespace["weighted_loss_loop"](w, xs, y, v), ex.reference_weighted_loss_loop(w, xs, y, v))
