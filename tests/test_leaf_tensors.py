@@ -1,0 +1,350 @@
+"""Notebook 01 (leaf tensors): the facts its prose relies on, and its exercise checks.
+
+The facts are computed here independently of the notebook; the only thing read
+from the notebook is that its exercise prompts show the snippets the checks run.
+"""
+
+import ast
+import inspect
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograd_lab.exercises import Feedback
+from autograd_lab.exercises import leaf_tensors as ex
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "01_leaf_tensors.ipynb"
+
+
+def fn_name(t):
+    return None if t.grad_fn is None else type(t.grad_fn).__name__
+
+
+# ---------------------------------------------------------------- facts: leaves and grad_fn
+
+
+def test_seed_example_leaves_and_grad_fn():
+    a = torch.tensor(2.0, requires_grad=True)
+    b = torch.tensor(4.0)
+    c = a + b
+    assert (a.requires_grad, a.is_leaf, a.grad_fn) == (True, True, None)
+    assert (b.requires_grad, b.is_leaf) == (False, True)
+    assert c.requires_grad and not c.is_leaf
+    assert fn_name(c).startswith("AddBackward")
+    assert c.item() == 6.0
+
+
+@pytest.mark.parametrize("x_rg", [False, True])
+@pytest.mark.parametrize("y_rg", [False, True])
+def test_result_requires_grad_iff_any_input_does(x_rg, y_rg):
+    x = torch.tensor(3.0, requires_grad=x_rg)
+    y = torch.tensor(5.0, requires_grad=y_rg)
+    z = x * y
+    assert z.requires_grad == (x_rg or y_rg)
+    assert z.is_leaf == (not (x_rg or y_rg))
+    assert (z.grad_fn is None) == z.is_leaf
+
+
+def test_grad_is_none_until_backward_and_lands_on_leaves_only():
+    a = torch.tensor(2.0, requires_grad=True)
+    b = torch.tensor(4.0)
+    c = a + b
+    d = c * a
+    assert a.grad is None
+    d.backward()
+    assert a.grad.item() == 2 * 2.0 + 4.0  # d(a + b)a / da = 2a + b
+    assert b.grad is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert c.grad is None
+    assert len(caught) == 1 and issubclass(caught[0].category, UserWarning)
+    assert "retain_grad" in str(caught[0].message)
+    assert str(caught[0].message).startswith("The .grad attribute of a Tensor that is not a leaf Tensor")
+
+
+def test_retain_grad_keeps_a_non_leaf_gradient():
+    a = torch.tensor(2.0, requires_grad=True)
+    c = a + torch.tensor(4.0)
+    c.retain_grad()
+    d = c * a
+    d.backward()
+    assert c.retains_grad and c.grad.item() == 2.0  # dd/dc = a
+    assert not d.retains_grad
+
+
+def test_grad_accumulates_over_backward_calls():
+    w = torch.tensor(3.0, requires_grad=True)
+    for _ in range(3):
+        (w**2).backward()
+    assert w.grad.item() == 3 * 6.0
+
+
+def test_zero_grad_sets_to_none_by_default():
+    for method in (torch.optim.Optimizer.zero_grad, torch.nn.Module.zero_grad):
+        assert inspect.signature(method).parameters["set_to_none"].default is True
+    model = torch.nn.Linear(1, 1, bias=False)
+    model(torch.ones(1, 1)).sum().backward()
+    model.zero_grad()
+    assert model.weight.grad is None
+    w = torch.tensor(3.0, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1)
+    (w**2).backward()
+    opt.zero_grad()
+    assert w.grad is None
+    (w**2).backward()
+    opt.zero_grad(set_to_none=False)
+    assert torch.equal(w.grad, torch.tensor(0.0))
+
+
+def test_skipping_zero_grad_before_a_single_backward_changes_nothing():
+    grads = []
+    for call_zero_grad in (True, False):
+        model = torch.nn.Linear(1, 1, bias=False)
+        with torch.no_grad():
+            model.weight.fill_(1.0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.tensor([[4.0], [2.0]])
+        if call_zero_grad:
+            opt.zero_grad()
+        assert model.weight.grad is None
+        ((2 * x - model(x)) ** 2).mean().backward()
+        grads.append(model.weight.grad.item())
+    assert grads[0] == grads[1] == -20.0  # the seed's full-batch gradient
+
+
+def test_leaving_the_graph():
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    p = w.detach() * 2
+    with torch.no_grad():
+        q = w * 2
+    with torch.inference_mode():
+        r = w * 2
+    for t in (p, q, r):
+        assert not t.requires_grad and t.is_leaf and t.grad_fn is None
+    assert r.is_inference() and not q.is_inference()
+    assert w.detach().data_ptr() == w.data_ptr()
+    with pytest.raises(RuntimeError):
+        r * w
+
+
+def test_in_place_on_a_leaf_that_requires_grad_raises_and_no_grad_allows_it():
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad.*in-place"):
+        w.add_(1.0)
+    (w**2).sum().backward()
+    w_sgd = w.detach().clone().requires_grad_()
+    w_sgd.grad = w.grad.clone()
+    with torch.no_grad():
+        w -= 0.1 * w.grad
+    torch.optim.SGD([w_sgd], lr=0.1).step()
+    assert w.is_leaf and w.requires_grad
+    torch.testing.assert_close(w.detach(), w_sgd.detach())
+
+
+def test_scaled_weight_trap_and_its_fixes():
+    x = torch.tensor([1.0, 2.0, 3.0])
+    w = torch.rand(3, requires_grad=True) * 0.01
+    (w * x).sum().backward()
+    assert not w.is_leaf
+    hidden = w.grad_fn.next_functions[0][0].variable
+    assert hidden.is_leaf
+    torch.testing.assert_close(hidden.grad, 0.01 * x)
+
+    w64 = torch.rand(3, requires_grad=True).to(torch.float64)
+    assert not w64.is_leaf and fn_name(w64).startswith("ToCopyBackward")
+    same = torch.rand(3, requires_grad=True)
+    assert same.to("cpu") is same and same.to("cpu").is_leaf
+
+    for fixed in (
+        torch.rand(3, requires_grad=True),
+        (torch.rand(3) * 0.01).requires_grad_(),
+        torch.nn.Parameter(torch.rand(3) * 0.01),
+    ):
+        (fixed * x).sum().backward()
+        assert fixed.is_leaf and torch.equal(fixed.grad, x)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_to_cuda_copies_and_is_not_a_leaf():
+    w = torch.rand(3, requires_grad=True)
+    moved = w.to("cuda")
+    assert moved is not w and not moved.is_leaf
+
+
+# ---------------------------------------------------------------- exercise 1: leaves
+
+
+def test_leaves_reference_is_computed_from_the_snippet():
+    tensors = ex.run_snippet(ex.LEAVES_SNIPPET)
+    assert {n for n, t in tensors.items() if t.is_leaf} == {"w", "x", "v", "s"}
+
+
+def test_check_leaves_right_answer_in_any_collection():
+    for answer in ({"w", "x", "v", "s"}, ["s", "v", "x", "w"], ("w", "x", "v", "s"), frozenset("wxvs")):
+        fb = ex.check_leaves(answer)
+        assert isinstance(fb, Feedback) and fb.passed, fb
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        ({"w", "v", "s"}, "x is a leaf. `x = torch.randn(3)`: created by you, without requires_grad"),
+        ({"w", "x", "v"}, "s is a leaf. `s = x * 2`: made by an operation, but none of its inputs requires grad"),
+        ({"w", "x", "s"}, "v is a leaf. `v = w.detach()`: detach() returns"),
+        ({"x", "v", "s"}, "w is a leaf. `w = torch.randn(3, requires_grad=True)`: you created w yourself"),
+        ({"w", "x", "v", "s", "h"}, "h is not a leaf. `h = w * x`: an input requires grad"),
+        ({"w", "x", "v", "s", "loss"}, "(SumBackward0) and is not a leaf"),
+    ],
+)
+def test_check_leaves_each_mistake_gets_its_hint(answer, hint):
+    fb = ex.check_leaves(answer)
+    assert fb.status == "wrong"
+    assert hint in fb.message
+    assert fb.message.startswith("1 tensor misplaced")
+
+
+def test_check_leaves_lists_every_mistake():
+    fb = ex.check_leaves({"w", "h"})
+    assert fb.status == "wrong" and fb.message.startswith("4 tensors misplaced")
+    for name in ("x", "h", "v", "s"):
+        assert f"- {name} " in fb.message
+
+
+@pytest.mark.parametrize("answer", ["w", 3, [1, 2], {"w", "q"}])
+def test_check_leaves_malformed(answer):
+    fb = ex.check_leaves(answer)
+    assert fb.status == "malformed" and not fb.passed
+
+
+def test_check_leaves_unknown_name_is_named():
+    assert "no tensor named q" in ex.check_leaves({"w", "q"}).message
+
+
+@pytest.mark.parametrize("answer", [..., None])
+def test_check_leaves_unanswered(answer):
+    assert ex.check_leaves(answer).status == "unanswered"
+
+
+# ---------------------------------------------------------------- exercise 2: .grad after two backward calls
+
+
+def test_grad_snippet_reference():
+    w = torch.tensor(3.0, requires_grad=True)
+    once = (2 * w + 4).item()  # d(w**2 + 4w)/dw at w = 3
+    assert ex.run_snippet(ex.GRAD_SNIPPET)["w"].grad.item() == 2 * once == 20.0
+
+
+@pytest.mark.parametrize("answer", [20, 20.0, torch.tensor(20.0), 20.0000001])
+def test_check_grad_right(answer):
+    assert ex.check_grad_after_two_backwards(answer).passed
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        (10, "what one backward call gives"),
+        (21, "comes from the loss value"),
+        (42, "comes from the loss value"),
+        (0, "nothing resets .grad here"),
+        (7, "Work out d(loss)/dw for `loss = w ** 2 + 4 * w` at w = 3"),
+    ],
+)
+def test_check_grad_wrong_answers_get_their_hint(answer, hint):
+    fb = ex.check_grad_after_two_backwards(answer)
+    assert fb.status == "wrong" and hint in fb.message
+
+
+@pytest.mark.parametrize("answer", ["20", True, [20], torch.tensor([20.0, 1.0])])
+def test_check_grad_malformed(answer):
+    fb = ex.check_grad_after_two_backwards(answer)
+    assert fb.status == "malformed" and "one number" in fb.message
+
+
+def test_check_grad_unanswered():
+    assert ex.check_grad_after_two_backwards(...).status == "unanswered"
+
+
+# ---------------------------------------------------------------- exercise 3: repair make_weight
+
+
+def make_weight_original():
+    return torch.rand(3, requires_grad=True) * 0.01
+
+
+def test_check_make_weight_right_answers():
+    assert ex.check_make_weight(lambda: (torch.rand(3) * 0.01).requires_grad_()).passed
+    assert ex.check_make_weight(lambda: torch.nn.Parameter(torch.rand(3) * 0.01)).passed
+
+
+def test_check_make_weight_never_passes_the_original():
+    fb = ex.check_make_weight(make_weight_original)
+    assert fb.status == "wrong"
+    assert "still not a leaf" in fb.message and "MulBackward0" in fb.message
+
+
+_SHARED = (torch.rand(3) * 0.01).requires_grad_()
+
+
+@pytest.mark.parametrize(
+    "fn, hint",
+    [
+        (lambda: torch.rand(3) * 0.01, "requires no grad"),
+        (lambda: torch.rand(3, requires_grad=True), "should stay small"),
+        (lambda: (torch.rand(4) * 0.01).requires_grad_(), "shape (3,)"),
+        (lambda: 1 / 0, "raised ZeroDivisionError"),
+        (lambda: _SHARED, "fresh tensor on each call"),
+    ],
+)
+def test_check_make_weight_wrong_answers_get_their_hint(fn, hint):
+    fb = ex.check_make_weight(fn)
+    assert fb.status == "wrong" and hint in fb.message, fb
+
+
+@pytest.mark.parametrize(
+    "answer, text",
+    [
+        (torch.rand(3), "pass the function itself"),
+        (3, "expected a function"),
+        (lambda: [0.0, 0.0, 0.0], "should return a tensor"),
+    ],
+)
+def test_check_make_weight_malformed(answer, text):
+    fb = ex.check_make_weight(answer)
+    assert fb.status == "malformed" and text in fb.message
+
+
+def test_check_make_weight_unanswered():
+    assert ex.check_make_weight(...).status == "unanswered"
+
+
+# ---------------------------------------------------------------- the notebook's prompts match the checks
+
+
+def _cells():
+    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+
+
+def _source(cell):
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def test_notebook_prompts_show_the_snippets_the_checks_run():
+    markdown = "\n".join(_source(c) for c in _cells() if c["cell_type"] == "markdown")
+    assert ex.LEAVES_SNIPPET in markdown
+    assert ex.GRAD_SNIPPET in markdown
+
+
+def test_notebook_twins_call_their_widget_function_with_the_set_values():
+    cells = {c.get("id"): c for c in _cells()}
+    widgets = [c for c in cells.values() if "autograd_lab" in c.get("metadata", {})]
+    assert len(widgets) == 2
+    for cell in widgets:
+        meta = cell["metadata"]["autograd_lab"]
+        live_call = ast.parse(_source(cell)).body[0].value
+        twin_call = ast.parse(_source(cells[meta["twin"]])).body[0].value
+        assert twin_call.func.id == live_call.args[0].id
+        given = {k.arg: ast.literal_eval(k.value) for k in twin_call.keywords}
+        assert given == meta["set"]
