@@ -186,7 +186,9 @@ def _signal(pids, sig):
 def _stop(proc: subprocess.Popen, known: set) -> None:
     """Stop torchrun and everything below it: SIGTERM, a grace period, then SIGKILL."""
     known |= _descendants(proc.pid)
-    _signal([pid for pid, _ in known], signal.SIGTERM)
+    # only processes still running with their recorded start time: a pid that ended may since
+    # belong to an unrelated process
+    _signal([pid for pid, _ in _alive(known)], signal.SIGTERM)
     if proc.poll() is None:
         _signal([proc.pid], signal.SIGTERM)
     deadline = time.monotonic() + GRACE_S
