@@ -1,0 +1,408 @@
+"""Fixtures for the browser tests: one JupyterLab server and one headless Chromium per session.
+
+- ``lab_server`` (session): JupyterLab on a free loopback port, token disabled, bound to 127.0.0.1,
+  with its own temporary config, data, runtime, settings and workspace directories (no user state
+  leaks in, none leaks out). It serves a *copy* of ``notebooks/``, so running cells in the browser
+  can never save over the committed notebooks. Stopped at the end of the session, also after failures.
+- ``browser`` (session): Debian's Chromium (``/usr/bin/chromium``, or ``$AUTOGRAD_LAB_CHROMIUM``)
+  driven by Playwright with ``executable_path``: no browser download, no network.
+- ``lab`` (per test): a fresh page (in one browser context per session, whose HTTP cache makes
+  JupyterLab load faster) with the in-page driver ``lab.js`` (``window.alTest``) loaded by ``open()``.
+  When a test fails, its screenshot, console log and the server log go to ``test-artifacts/browser/``
+  and the paths are printed with the failure.
+
+Outside CI a machine without Chromium (or Playwright) skips these tests with an install hint;
+with ``CI=true`` a missing browser fails them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+# The notebooks under test: every *.ipynb in notebooks/ (another folder: AUTOGRAD_LAB_NOTEBOOKS=dir).
+NOTEBOOKS = Path(os.environ.get("AUTOGRAD_LAB_NOTEBOOKS", REPO / "notebooks")).resolve()
+ARTIFACTS = Path(os.environ.get("AUTOGRAD_LAB_ARTIFACTS", REPO / "test-artifacts")) / "browser"
+CHROMIUM = os.environ.get("AUTOGRAD_LAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",  # containers often have a tiny /dev/shm
+]
+IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+SERVER_START_TIMEOUT = float(os.environ.get("AUTOGRAD_LAB_SERVER_TIMEOUT", 90))
+
+INSTALL_HINT = (
+    "Browser tests need Debian's Chromium and Playwright for Python:\n"
+    "  sudo apt-get install chromium        (Debian/Ubuntu; the Ubuntu snap also works with AUTOGRAD_LAB_CHROMIUM=/snap/bin/chromium)\n"
+    "  .venv/bin/python -m pip install -e '.[test]'\n"
+    "or point AUTOGRAD_LAB_CHROMIUM at any Chromium/Chrome binary. No browser is downloaded."
+)
+
+# JupyterLab user settings for the test server: never autosave (the copy would change under the
+# test), attach every cell to the DOM (the test reads all outputs), no restart dialog, no news.
+LAB_SETTINGS = {
+    "@jupyterlab/docmanager-extension/plugin": {"autosave": False, "confirmClosingDocument": False},
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/sessionDialogs": {"skipKernelRestartDialog": True},
+    "@jupyterlab/apputils-extension/notification": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+        "doNotDisturbMode": True,
+    },
+}
+SERVER_CONFIG = {
+    "ServerApp": {"terminals_enabled": False},
+    "LabApp": {"news_url": None, "extension_manager": "readonly", "expose_app_in_browser": True},
+}
+
+
+TIMINGS: list[tuple[str, dict, dict]] = []  # (test id, {phase: seconds}, {control kind: count})
+
+
+def pytest_generate_tests(metafunc):
+    """Parametrize ``notebook`` with every notebook found: discovered, never listed by hand."""
+    if "notebook" in metafunc.fixturenames:
+        found = sorted(p for p in NOTEBOOKS.glob("*.ipynb") if not p.name.startswith("."))
+        metafunc.parametrize("notebook", found, ids=[p.stem for p in found])
+
+
+def _missing(reason: str):
+    message = f"{reason}\n{INSTALL_HINT}"
+    if IN_CI:
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LabServer:
+    def __init__(self, root: Path, base: Path):
+        self.root = root
+        self.base = base
+        self.log_path = base / "jupyterlab.log"
+        self.url = ""
+        self.proc: subprocess.Popen | None = None
+        self._enders: list[threading.Thread] = []
+
+    def _env(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
+        dirs = {name: self.base / name for name in ("config", "data", "runtime", "settings", "workspaces", "ipython")}
+        for d in dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        (dirs["config"] / "jupyter_server_config.json").write_text(json.dumps(SERVER_CONFIG, indent=1))
+        for plugin, values in LAB_SETTINGS.items():
+            path = dirs["settings"] / f"{plugin}.jupyterlab-settings"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values, indent=1))
+        env.update(
+            JUPYTER_CONFIG_DIR=str(dirs["config"]),
+            JUPYTER_DATA_DIR=str(dirs["data"]),
+            JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+            JUPYTERLAB_SETTINGS_DIR=str(dirs["settings"]),
+            JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
+            IPYTHONDIR=str(dirs["ipython"]),
+            PYTHONUNBUFFERED="1",
+            PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+        )
+        return env
+
+    def start(self):
+        env = self._env()
+        last_error = "no attempt"
+        for _attempt in range(3):  # a port taken between choosing it and binding: try another
+            port = _free_port()
+            self.url = f"http://127.0.0.1:{port}"
+            log = open(self.log_path, "ab")
+            cmd = [
+                sys.executable, "-m", "jupyterlab",
+                "--no-browser",
+                "--allow-root",
+                "--ServerApp.ip=127.0.0.1",
+                f"--ServerApp.port={port}",
+                "--ServerApp.port_retries=0",
+                f"--ServerApp.root_dir={self.root}",
+                "--IdentityProvider.token=",
+                "--ServerApp.password=",
+            ]  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            log.close()
+            deadline = time.monotonic() + SERVER_START_TIMEOUT
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    last_error = f"JupyterLab exited with code {self.proc.returncode}"
+                    break
+                try:
+                    with urllib.request.urlopen(f"{self.url}/api/status", timeout=2) as r:
+                        if r.status == 200:
+                            return
+                except (urllib.error.URLError, OSError) as err:
+                    last_error = str(err)
+                time.sleep(0.2)
+            else:
+                self.stop()
+                raise RuntimeError(f"JupyterLab did not answer within {SERVER_START_TIMEOUT:.0f} s; log: {self.log_path}")
+        tail = self.log_path.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"JupyterLab did not start ({last_error}). Log {self.log_path}:\n{tail}")
+
+    def _api(self, method: str, path: str):
+        req = urllib.request.Request(f"{self.url}{path}", method=method)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            body = r.read()
+        return json.loads(body) if body else None
+
+    def start_session(self, path: str) -> threading.Thread:
+        """Start the notebook's kernel now, in the background: it boots while the page loads,
+        and JupyterLab attaches to it (one session per path)."""
+        body = json.dumps({"path": path, "name": Path(path).name, "type": "notebook", "kernel": {"name": "python3"}})
+
+        def post():
+            req = urllib.request.Request(
+                f"{self.url}/api/sessions", data=body.encode(), method="POST", headers={"Content-Type": "application/json"}
+            )
+            try:
+                urllib.request.urlopen(req, timeout=60).close()
+            except (urllib.error.URLError, OSError):
+                pass  # JupyterLab then starts the kernel itself
+
+        thread = threading.Thread(target=post, daemon=True)
+        thread.start()
+        return thread
+
+    def end_session(self, session_id: str):
+        """Shut a notebook's kernel down in the background: the next notebook need not wait for it."""
+
+        def delete():
+            try:
+                self._api("DELETE", f"/api/sessions/{session_id}")
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+
+        thread = threading.Thread(target=delete, daemon=True)
+        thread.start()
+        self._enders.append(thread)
+
+    def shutdown_kernels(self):
+        try:
+            for kernel in self._api("GET", "/api/kernels") or []:
+                self._api("DELETE", f"/api/kernels/{kernel['id']}")
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+
+    def stop(self):
+        for thread in self._enders:
+            thread.join(timeout=20)
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.shutdown_kernels()
+        self.proc.send_signal(signal.SIGTERM)  # the server shuts its kernels down on SIGTERM
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        _missing(f"Chromium not found at {CHROMIUM}.")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        _missing("Playwright for Python is not installed.")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory, chromium_path):
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError:
+        _missing("JupyterLab is not installed.")
+    base = tmp_path_factory.mktemp("jupyterlab")
+    root = base / "root"  # served notebooks are at notebooks/<name> under it, wherever they came from
+    # Serve a copy: nothing the browser does can write into the repository's notebooks.
+    shutil.copytree(NOTEBOOKS, root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    server = LabServer(root, base)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    from playwright.sync_api import sync_playwright
+
+    pw = sync_playwright().start()
+    try:
+        browser = pw.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+    finally:
+        pw.stop()
+
+
+class Lab:
+    """One fresh page on the test server, with the in-page driver ``window.alTest``."""
+
+    def __init__(self, page, server: LabServer, console: list[str]):
+        self.page = page
+        self.server = server
+        self.console = console
+        self.path = None
+        self.focus_cell = None  # the cell a failure is about: scrolled into view for the screenshot
+        self.timings: dict[str, float] = {}
+        self.operated: dict[str, int] = {}  # kind of control -> how many times the test moved one
+        self.failed = False
+        self._last = time.monotonic()
+
+    def js(self, expression: str, arg=None):
+        return self.page.evaluate(expression, arg)
+
+    def open(self, path: str, timeout_s: float = 90):
+        self.path = path
+        kernel_starting = self.server.start_session(path)
+        self.page.goto(f"{self.server.url}/lab?reset", wait_until="domcontentloaded")
+        self.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=timeout_s * 1000)
+        self.page.evaluate((HERE / "lab.js").read_text())
+        self.js("() => window.alTest.ready()")
+        self.phase("load lab")
+        kernel_starting.join(timeout=timeout_s)
+        self.js("([path, ms]) => window.alTest.open(path, ms)", [path, timeout_s * 1000])
+        self.phase("open notebook")
+
+    def wait(self, expression: str, arg=None, *, timeout_s: float, what: str):
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        try:
+            self.page.wait_for_function(expression, arg=arg, timeout=timeout_s * 1000, polling=100)
+        except PlaywrightTimeout:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}") from None
+
+    @staticmethod
+    def artifacts_dir(test_name: str) -> Path:
+        return ARTIFACTS / re.sub(r"[^\w.-]+", "_", test_name).strip("_")
+
+    def screenshot_and_log(self, name: str) -> list[Path]:
+        out = self.artifacts_dir(name)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = []
+        try:
+            if self.focus_cell:
+                self.js("(id) => window.alTest && window.alTest.scrollToCell(id)", self.focus_cell)
+            shot = out / "screenshot.png"
+            self.page.screenshot(path=str(shot), timeout=15000)
+            paths.append(shot)
+        except Exception as err:  # a crashed page: keep the log at least
+            self.console.append(f"[test] screenshot failed: {err}")
+        log = out / "console.log"
+        log.write_text("\n".join(self.console) + "\n")
+        paths.append(log)
+        if self.server.log_path.exists():
+            server_log = out / "jupyterlab.log"
+            shutil.copyfile(self.server.log_path, server_log)
+            paths.append(server_log)
+        return paths
+
+    def phase(self, name: str):
+        """Record how long the phase that ends now took (printed in the session's summary)."""
+        now = time.monotonic()
+        self.timings[name] = now - self._last
+        self._last = now
+
+    def session_id(self):
+        try:
+            return self.js("() => window.alTest ? window.alTest.sessionId() : null")
+        except Exception:
+            return None
+
+
+@pytest.fixture(scope="session")
+def browser_context(browser):
+    # One context for the session: its HTTP cache makes each fresh page load JupyterLab faster.
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def lab(browser_context, lab_server, request):
+    page = browser_context.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"[{m.type}] {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"[pageerror] {e}"))
+    page.on("crash", lambda _: console.append("[crash] the page crashed"))
+    session = Lab(page, lab_server, console)
+    request.node._al_lab = session
+    shutil.rmtree(session.artifacts_dir(request.node.name), ignore_errors=True)  # no stale artifacts
+    try:
+        yield session
+    finally:
+        if session.failed:
+            session.phase("until it failed")
+        session_id = session.session_id()
+        page.close()
+        if session_id:
+            lab_server.end_session(session_id)
+        if session.timings:
+            name = request.node.callspec.id if hasattr(request.node, "callspec") else request.node.name
+            TIMINGS.append((name, session.timings, dict(session.operated)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    session = getattr(item, "_al_lab", None)
+    if session is not None and report.failed and report.when == "call":
+        session.failed = True
+        paths = session.screenshot_and_log(item.name)
+        listing = "\n".join(f"  {p.relative_to(REPO) if p.is_relative_to(REPO) else p}" for p in paths)
+        report.sections.append(("browser artifacts", f"written for {session.path}:\n{listing}"))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not TIMINGS:
+        return
+    terminalreporter.section("browser tests: seconds per notebook")
+    total = 0.0
+    for name, phases, operated in TIMINGS:
+        spent = sum(phases.values())
+        total += spent
+        detail = ", ".join(f"{phase} {seconds:.1f}" for phase, seconds in phases.items())
+        controls = ", ".join(f"{kind} x{n}" for kind, n in sorted(operated.items())) or "none"
+        terminalreporter.write_line(f"{name:<36} {spent:6.1f}  ({detail}; controls operated: {controls})")
+    terminalreporter.write_line(f"{'all together':<36} {total:6.1f}")
