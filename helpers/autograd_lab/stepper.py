@@ -1,0 +1,187 @@
+"""Step through a backward pass that was already run, one node at a time.
+
+An instrument for the "step through backward" widget of notebook 02. It runs
+nothing itself: the backward loop is written out in the notebook, and it keeps
+a *log* there, one entry per node it ran, in the order it ran them::
+
+    (node, grad_output, grads)
+
+``node`` is the backward node (a ``grad_fn``, or an ``AccumulateGrad`` node),
+``grad_output`` the gradient it received, and ``grads`` what it returned, one
+item per entry of ``node.next_functions`` (``None`` where nothing needs a
+gradient). An ``AccumulateGrad`` node returns nothing (``grads`` is empty); its
+``grad_output`` is what it adds into its leaf's ``.grad``, already summed to the
+leaf's shape.
+
+``draw_step(loss, log, step)`` draws the graph as it stands after ``step`` of
+those entries: the node being run is gold, the nodes run before it have a bold
+border, each edge a node has sent a gradient along carries that gradient, and
+each leaf shows the ``.grad`` deposited so far. ``describe_step`` says the same
+in one line of text. Step 0 is the moment before the first node runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from .graph import draw_graph, format_tensor, graph_nodes, node_name
+
+__all__ = ["draw_step", "describe_step", "deposits", "check_log"]
+
+_FORM = "a list of (node, grad_output, grads) entries, one per node run, as the notebook's backward loop records them"
+
+
+def _is_leaf_node(node) -> bool:
+    return hasattr(node, "variable")
+
+
+def check_log(log) -> list:
+    """The log as a list of (node, grad_output, grads) triples; ``TypeError`` saying what is wrong otherwise."""
+    if not isinstance(log, (list, tuple)):
+        raise TypeError(f"log must be {_FORM}; got {type(log).__name__}.")
+    entries = []
+    for k, entry in enumerate(log):
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 3):
+            raise TypeError(f"log entry {k} must be a (node, grad_output, grads) triple; got {entry!r:.80}.")
+        node, grad_output, grads = entry
+        if not hasattr(node, "next_functions"):
+            raise TypeError(f"log entry {k}: the first item must be a backward node, got {type(node).__name__}.")
+        if not isinstance(grad_output, torch.Tensor):
+            raise TypeError(f"log entry {k}: grad_output must be a tensor, got {type(grad_output).__name__}.")
+        grads = tuple(grads) if isinstance(grads, (list, tuple)) else (grads,)
+        if len(grads) > len(node.next_functions):
+            raise TypeError(
+                f"log entry {k}: {node_name(node)} has {len(node.next_functions)} inputs but the entry "
+                f"holds {len(grads)} gradients."
+            )
+        entries.append((node, grad_output, grads))
+    return entries
+
+
+def _check_step(step, n: int) -> int:
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise TypeError(f"step must be an int from 0 to {n}; got {type(step).__name__}.")
+    if not 0 <= step <= n:
+        raise ValueError(f"step must be from 0 (nothing run yet) to {n} (the last node); got {step}.")
+    return step
+
+
+def _names(params) -> dict[int, str]:
+    if params is None:
+        return {}
+    if isinstance(params, torch.nn.Module):
+        return {id(t): name for name, t in params.named_parameters()}
+    items = params.items() if isinstance(params, Mapping) else params
+    return {id(t): str(name) for name, t in items}
+
+
+def _title(node, names) -> str:
+    if node is None:
+        return "None"
+    if _is_leaf_node(node):
+        return f"AccumulateGrad({names.get(id(node.variable), 'leaf')})"
+    return node_name(node)
+
+
+def deposits(log, step: int) -> dict:
+    """{leaf: gradient added into its .grad} by the first ``step`` entries of ``log`` (the leaves reached so far)."""
+    entries = check_log(log)
+    _check_step(step, len(entries))
+    out: dict[int, tuple] = {}
+    for node, grad_output, _ in entries[:step]:
+        if _is_leaf_node(node):
+            leaf = node.variable
+            total = out[id(leaf)][1] + grad_output if id(leaf) in out else grad_output
+            out[id(leaf)] = (leaf, total)
+    return {leaf: total for leaf, total in out.values()}
+
+
+def draw_step(loss, log, step: int, *, params=None, names=None, show_values: bool = True):
+    """The graph behind ``loss`` after ``step`` entries of ``log`` have run (see the module docstring).
+
+    Leaves show the ``.grad`` the walk has deposited so far (``None`` before it
+    reaches them), whatever their real ``.grad`` holds; that is put back afterwards.
+    """
+    entries = check_log(log)
+    step = _check_step(step, len(entries))
+    in_graph = {id(n) for n in graph_nodes(loss)}
+    for node, _, _ in entries:
+        if id(node) not in in_graph:
+            raise ValueError(
+                f"the log holds a {node_name(node)} node that is not in this loss's graph: "
+                "record the log by running backward by hand on the same loss you draw."
+            )
+
+    ran = entries[:step]
+    highlight = [ran[-1][0]] if ran else []
+    done = [node for node, _, _ in ran[:-1]]
+    labels: dict = {}
+    for node, _, grads in ran:
+        for (child, _), grad in zip(node.next_functions, grads):
+            if child is None or grad is None:
+                continue
+            text = format_tensor(grad)
+            key = (node, child)
+            labels[key] = f"{labels[key]}; {text}" if key in labels else text
+
+    filled = deposits(entries, step)
+    leaves = [n.variable for n in graph_nodes(loss) if _is_leaf_node(n)]
+    kept = [(leaf, leaf.grad) for leaf in leaves]
+    try:
+        for leaf in leaves:
+            grad = filled.get(leaf)
+            if grad is not None and grad.shape != leaf.shape:
+                raise ValueError(
+                    f"the log deposits a gradient of shape {tuple(grad.shape)} into a leaf of shape "
+                    f"{tuple(leaf.shape)}: sum it down to the leaf's shape first (grad.sum_to_size(leaf.shape))."
+                )
+            leaf.grad = grad
+        return draw_graph(
+            loss,
+            params=params,
+            names=names,
+            show_values=show_values,
+            highlight=highlight,
+            done=done,
+            edge_labels=labels,
+        )
+    finally:
+        for leaf, grad in kept:
+            leaf.grad = grad
+
+
+def describe_step(log, step: int, *, params=None) -> str:
+    """One line of text on what happens at ``step``: which node runs, what it receives, where its results go."""
+    entries = check_log(log)
+    step = _check_step(step, len(entries))
+    names = _names(params)
+    n = len(entries)
+    if step == 0:
+        if not entries:
+            return "step 0 of 0: the log is empty; run backward by hand first."
+        first, seed, _ = entries[0]
+        return (
+            f"step 0 of {n}: nothing has run yet. The gradient of the loss with respect to itself, "
+            f"{format_tensor(seed)}, waits at {_title(first, names)}."
+        )
+    node, grad_output, grads = entries[step - 1]
+    head = f"step {step} of {n}: {_title(node, names)}"
+    if _is_leaf_node(node):
+        leaf = node.variable
+        total = deposits(entries, step)[leaf]
+        name = names.get(id(leaf), "the leaf")
+        tail = f" adds {format_tensor(grad_output)} into {name}.grad (now {format_tensor(total)})."
+    else:
+        head += f" receives {format_tensor(grad_output)}"
+        sends = []
+        for (child, _), grad in zip(node.next_functions, grads):
+            if child is None:
+                sends.append("nothing to None (that input needs no gradient)")
+            else:
+                sends.append(f"{format_tensor(grad) if grad is not None else 'None'} to {_title(child, names)}")
+        tail = "; sends " + ", ".join(sends) + "." if sends else "; it has no inputs to send to."
+    if step == n:
+        tail += " Backward is finished."
+    return head + tail
