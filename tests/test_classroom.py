@@ -92,10 +92,11 @@ def _classroom_variants(a):
             return [type(a)(v) for v in out]
         except TypeError:
             return out
-    if isinstance(a, dict):
-        out = [{**a, k: v} for k in a for v in _classroom_variants(a[k])[:1]]
+    if isinstance(a, dict):  # one value swapped for another of the answer's values, then each value changed
+        out = [{**a, k: a[j]} for k in a for j in a if a[j] != a[k]][:3]
+        out += [{**a, k: v} for k in a for v in _classroom_variants(a[k])[:1]]
         return out + [dict(list(a.items())[:-1])]
-    if callable(a):
+    if callable(a):  # a function: change what it returns, what it is given, or do nothing at all
         def wrap(i):
             @functools.wraps(a)
             def changed(*args, **kwargs):
@@ -103,7 +104,16 @@ def _classroom_variants(a):
                 variants = _classroom_variants(result)
                 return variants[i % len(variants)] if variants else result
             return changed
-        return [wrap(i) for i in range(3)]
+
+        @functools.wraps(a)
+        def shifted(*args, **kwargs):
+            return a(*[x + 1 if isinstance(x, int) and not isinstance(x, bool) else x for x in args], **kwargs)
+
+        @functools.wraps(a)
+        def idle(*args, **kwargs):
+            return None
+
+        return [wrap(i) for i in range(3)] + [shifted, idle]
     return []
 
 
@@ -525,3 +535,15 @@ def test_handout_page(handout_dir, path):
     assert text.count('data-mime-type="image/svg+xml"') == graphs, "every graph is shown as SVG"
     plots = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert text.count('src="data:image/png;base64,') >= plots, "plots are embedded images"
+
+
+def test_handout_maths_and_links():
+    text, left = classroom.render_math(
+        "Chain rule $\\frac{1}{N}\\sum_i s_i$, code `$x$` and a price of $5 and $6.\n"
+        "```python\ncost = '$y$'\n```\n[Next](02_grad_fn_chains.ipynb#Setup)"
+    )
+    assert text.count('class="al-math"') == 1 and "`$x$`" in text and "cost = '$y$'" in text and "$5 and $6" in text
+    assert not left
+    _, left = classroom.render_math("$$\\underbrace{a}_{b}$$")
+    assert left, "a formula mathtext cannot draw stays for MathJax"
+    assert classroom._link_to_html("[Next](02_grad_fn_chains.ipynb#Setup)") == "[Next](02_grad_fn_chains.html#Setup)"

@@ -9,6 +9,8 @@ Run from the repository root with the course's Python (``.venv/bin/python tools/
                                   the nbgrader course it comes from (source, release, gradebook) -> build/nbgrader/
     handouts NOTEBOOK...          each executed notebook as one self-contained HTML page -> build/handouts/,
                                   with a contents page, index.html
+    nbgrader ARGS...              any nbgrader command, run in the course (build/nbgrader) with this
+                                  environment's tools on PATH, e.g. `nbgrader autograde 01_leaf_tensors`
 
 What ``annotate`` adds (everything is derived from the cells, so running it again changes nothing)
 
@@ -255,14 +257,17 @@ def annotate_file(path: Path, check: bool = False) -> bool:
 # --------------------------------------------------------------------------------------------- student
 
 
+def _env() -> dict:
+    """nbgrader runs `alembic` (the gradebook's migrations) from PATH: put this environment's scripts first."""
+    return dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+
 def nbgrader(args: list[str], course: Path, quiet: bool = True) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` in the course directory (where it reads nbgrader_config.py)."""
     cmd = [sys.executable, "-m", "nbgrader", *args]
     if quiet:
         cmd.append("--log-level=WARN")
-    # nbgrader runs `alembic` (the gradebook's migrations) from PATH: put this environment's scripts first.
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    proc = subprocess.run(cmd, cwd=course, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=course, env=_env(), capture_output=True, text=True)
     if proc.returncode != 0:
         raise ClassroomError(f"nbgrader {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -525,7 +530,15 @@ def main(argv=None) -> int:
     p = sub.add_parser("handouts", help="every executed notebook as a self-contained HTML page, with a contents page")
     p.add_argument("--out", type=Path, default=BUILD / "handouts")
     p.add_argument("notebooks", nargs="+")
+    p = sub.add_parser("nbgrader", help="run an nbgrader command in the course directory (e.g. autograde NB)")
+    p.add_argument("--course", type=Path, default=BUILD / "nbgrader")
+    p.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.cmd == "nbgrader":
+        if not (args.course / "nbgrader_config.py").exists():
+            raise SystemExit(f"no nbgrader course in {args.course}: run `make student` first")
+        cmd = [sys.executable, "-m", "nbgrader", *args.args]
+        return subprocess.call(cmd, cwd=args.course, env=_env())
     paths = _paths(args.notebooks)
     try:
         if args.cmd == "annotate":
