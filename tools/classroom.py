@@ -22,7 +22,10 @@ What ``annotate`` adds (everything is derived from the cells, so running it agai
   Grading and the feedback a learner reads therefore cannot disagree. The tool owns the ``nbgrader``
   metadata: it removes it from any other cell.
 * Slides (RISE, ``slideshow.slide_type``): one idea per slide. A markdown cell with a level 1-2 heading
-  starts a slide, a deeper heading a sub-slide (reached by "down", or by space). A widget cell gets a
+  starts a slide, a deeper heading a sub-slide (reached by "down", or by space). Within a section, prose
+  that follows code starts a sub-slide (the next step of the argument), except a short closing remark
+  (at most 3 lines, last in its section), which stays with the output it interprets; a code cell after code
+  starts one when the slide already holds about 30 source lines. A widget cell gets a
   sub-slide of its own, and so does what follows it (its checked twin). A worked solution is a sub-slide
   (the class tries first); the autograder test cell is skipped. Everything else continues the slide before it.
   Notebook metadata ``rise``: tall slides scroll, no transitions.
@@ -56,6 +59,7 @@ TEST_MARK = "# Autograder test"
 TEST_SOURCE = TEST_MARK + " (nbgrader, locked): the check above must pass; when it fails, its hint is the feedback.\n{call}.assert_passed();"
 DEFAULT_POINTS = 1
 SCHEMA = 3
+LINES_PER_SLIDE = 30  # source lines; outputs come on top, and tall slides scroll
 RISE = {"scroll": True, "center": False, "transition": "none"}
 HEADING = re.compile(r"^(#{1,6})\s+\S")
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -172,8 +176,10 @@ def _heading_level(source: str) -> int | None:
 def slide_types(cells) -> list[str]:
     types = []
     new_sub = False  # the previous cell asks the next one to start a sub-slide
+    lines = 0  # source lines on the current (sub-)slide so far
     for i, cell in enumerate(cells):
         level = _heading_level(_src(cell)) if cell.cell_type == "markdown" else None
+        height = len(_src(cell).strip().splitlines()) + 1
         if i == 0 or (level is not None and level <= 2):
             kind = "slide"
         elif level is not None:
@@ -184,11 +190,23 @@ def slide_types(cells) -> list[str]:
             continue
         elif is_widget_cell(cell) or is_solution_cell(cell) or new_sub:
             kind = "subslide"
+        elif cell.cell_type == "markdown" and cells[i - 1].cell_type == "code" and not _closing_remark(cells, i):
+            kind = "subslide"  # new prose after code: the next step of the argument
+        elif cell.cell_type == "code" and cells[i - 1].cell_type == "code" and lines + height > LINES_PER_SLIDE:
+            kind = "subslide"  # a long run of code: the projector shows about this many lines
         else:
             kind = "-"
         types.append(kind)
+        lines = height if kind in ("slide", "subslide") else lines + height
         new_sub = is_widget_cell(cell) or _is_twin(cells, cell)
     return types
+
+
+def _closing_remark(cells, i) -> bool:
+    """A short markdown cell that ends its section: it stays with the output it interprets."""
+    nxt = cells[i + 1] if i + 1 < len(cells) else None
+    ends = nxt is None or (nxt.cell_type == "markdown" and _heading_level(_src(nxt)) is not None)
+    return ends and len(_src(cells[i]).strip().splitlines()) <= 3
 
 
 def _is_twin(cells, cell) -> bool:
