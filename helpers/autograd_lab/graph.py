@@ -230,7 +230,8 @@ def draw_graph(
     highlight   backward nodes to fill gold (a step-through marks the node being run).
     edge_labels {(node, input_node): text} written on the edge between two backward nodes.
     done        backward nodes already run, drawn with a bold border.
-    direction   Graphviz rankdir: "BT" puts leaves at the top and the output at the bottom.
+    direction   Graphviz rankdir: "BT" (the default) puts the output at the top, the leaves at the bottom,
+                and arrows follow the forward pass upwards; "TB" turns it upside down.
     """
     roots = _roots(tensors)
     pnames = _param_names(params)
