@@ -260,7 +260,7 @@
             index, name, kind,
             value: readout ? norm(readout.textContent) : null,
             number: attr("aria-valuenow"), min: attr("aria-valuemin"), max: attr("aria-valuemax"),
-            editable: !!readout && readout.isContentEditable,
+            editable: !!readout && readout.isContentEditable && readout.getClientRects().length > 0, // shown
           };
         } else if (kind === "checkbox") value = el.querySelector("input[type=checkbox]").checked;
         else if (kind === "dropdown") {

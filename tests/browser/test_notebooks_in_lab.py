@@ -64,8 +64,10 @@ def run_problems(cells: list[dict], stored_graphs: set[str], kernel_statuses: li
         for out in cell["outputs"]:
             if out["type"] == "error" and not raises:
                 problems.append(f"{where} raised {out['ename']}: {_short(out['evalue'] or '', 300)}")
-            if SVG in out["mimes"] and not (out["shownAs"] == SVG and out["imageLoaded"]):
-                problems.append(f"{where}: a graph is not drawn as an image (shown as {out['shownAs']!r})")
+            if SVG in out["mimes"] and out["shownAs"] != SVG:
+                problems.append(f"{where}: a graph is shown as {out['shownAs']!r}, not as an SVG image")
+            elif SVG in out["mimes"] and not out["imageLoaded"]:
+                problems.append(f"{where}: a graph's SVG image did not load (not valid SVG?)")
             if WIDGET in out["mimes"] and (out["shownAs"] != "widget" or out["widgetError"]):
                 problems.append(f"{where}: a widget is not drawn ({_short(out['shownAs'] or 'nothing', 200)})")
         if cell["livePanels"] and not cell["lab"]:
@@ -97,14 +99,17 @@ def operate(lab, cell_id: str, control: dict, value):
             readout = el.locator(".widget-readout")
             readout.fill(str(value))
             readout.press("Enter")
-        else:  # keyboard on the handle, one step at a time
+        else:  # no readout to type into: the keyboard on the handle, one step at a time
             handle = el.locator(".noUi-handle")
             handle.focus()
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not numeric:
+                handle.press("Home")  # a selection slider: walk its options from the first
             for _ in range(1000):
-                now = lab.js("([c, i]) => window.alTest.controls(c)[i].number", [cell_id, control["index"]])
                 if lab.js("([c, i, v]) => window.alTest.controlShows(c, i, v)", [cell_id, control["index"], value]):
                     break
-                handle.press("ArrowRight" if now < float(value) else "ArrowLeft")
+                now = lab.js("([c, i]) => window.alTest.controls(c)[i].number", [cell_id, control["index"]])
+                handle.press("ArrowLeft" if numeric and now is not None and now > value else "ArrowRight")
     elif kind == "checkbox":
         el.locator("input[type=checkbox]").set_checked(bool(value))
     elif kind == "dropdown":
@@ -233,6 +238,7 @@ def move_away_and_back(lab, cell: dict, control: dict):
     assert not state["problems"], f"{where}: the widget shows an error:\n{state['problems'][0]}"
 
 
+@pytest.mark.timeout(RUN_TIMEOUT + 300)  # a hang outside the waits above still ends (pytest-timeout)
 def test_notebook_in_jupyterlab(lab, lab_server, notebook):  # notebook: parametrized by conftest.py
     path = f"notebooks/{notebook.name}"
     served = lab_server.root / path
