@@ -126,8 +126,19 @@ def test_leaving_the_graph():
         assert not t.requires_grad and t.is_leaf and t.grad_fn is None
     assert r.is_inference() and not q.is_inference()
     assert w.detach().data_ptr() == w.data_ptr()
-    with pytest.raises(RuntimeError):
-        r * w
+    assert (q * w).requires_grad  # a no_grad result may enter a recorded computation
+    with pytest.raises(RuntimeError, match="^Inference tensors cannot be saved for backward"):
+        r * w  # MulBackward0 would have to save r
+    assert (r + w).requires_grad  # AddBackward0 saves nothing, so an inference tensor may take part
+
+
+def test_an_in_place_change_that_is_recorded_gives_the_tensor_a_grad_fn():
+    # why PyTorch refuses it on a leaf: a recorded in-place change would make the tensor a non-leaf
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    h = w * 1
+    mul_node = h.grad_fn
+    h.add_(1.0)
+    assert fn_name(h).startswith("AddBackward") and h.grad_fn is not mul_node
 
 
 def test_in_place_on_a_leaf_that_requires_grad_raises_and_no_grad_allows_it():
