@@ -114,6 +114,30 @@ def test_saved_for_backward_memory_falls_exactly_as_one_over_k():
     assert grads == sum(p.numel() * p.element_size() for p in model.parameters())  # .grad does not shrink
 
 
+def test_with_adam_the_total_for_the_notebooks_model_does_not_even_halve_at_k_16():
+    """Notebook 04's model (64-256-256-10, batch 512): parameters + .grad + Adam state + saved tensors."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    X, Y = torch.randn(512, 64), torch.randn(512, 10)
+
+    def saved(k):  # every micro-batch of an even split keeps the same bytes: measure the first one
+        x, y = X[: len(X) // k], Y[: len(Y) // k]
+        with lab.SavedTensors(exclude=[x, y, *model.parameters()]) as s:
+            loss = F.mse_loss(model(x), y)
+        loss.backward()
+        return s.bytes
+
+    peaks = {k: saved(k) for k in (1, 16)}
+    opt = torch.optim.Adam(model.parameters())
+    opt.step()
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    state = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if t.dim() > 0)
+    assert state == 2 * params
+    fixed = params + params + state  # parameters, .grad, Adam's two moments
+    assert peaks[1] == 16 * peaks[16]
+    assert fixed + peaks[1] < 2 * (fixed + peaks[16])
+
+
 # --------------------------------------------------------------------------- the recipes
 
 
