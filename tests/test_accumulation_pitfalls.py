@@ -329,6 +329,34 @@ def test_fp16_fresh_scaler_skips_a_full_batch_step_the_accumulated_run_takes():
     assert sf.get_scale() == sa.get_scale() == 2.0**10
 
 
+def test_fp16_the_skipped_step_is_a_float16_sum_over_48_samples_that_overflows():
+    """Notebook 05's explanation: at update 2 the last bias's scaled float16 gradient over 48 samples is inf,
+    each 12-sample piece is finite, and only their float32 sum exceeds float16's range."""
+    torch.manual_seed(0)
+    model = plain()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scale, fp16_max = 2.0**16, torch.finfo(torch.float16).max
+
+    def bias_grad(x, y, share):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = mse_loss(model(x), y) * share
+        (loss * scale).backward()
+        return model[4].bias.grad.item()
+
+    x, y = BATCHES[0]
+    assert abs(bias_grad(x, y, 1.0)) < fp16_max  # update 1: no overflow, so it steps and the scale stays
+    with torch.no_grad():
+        for p in model.parameters():
+            p.grad /= scale  # what GradScaler.step does before opt.step()
+    opt.step()
+    x, y = BATCHES[1]
+    whole = bias_grad(x, y, 1.0)
+    pieces = [bias_grad(xb, yb, len(xb) / len(x)) for xb, yb in zip(x.tensor_split(K), y.tensor_split(K))]
+    assert whole == float("inf") or whole == float("-inf")
+    assert all(abs(p) < fp16_max for p in pieces) and abs(sum(pieces)) > fp16_max
+
+
 def test_audit_names_batchnorm_and_dropout():
     x, y = BATCHES[0]
     torch.manual_seed(0)

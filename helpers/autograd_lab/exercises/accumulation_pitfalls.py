@@ -41,7 +41,8 @@ VERDICTS = ("equivalent", "not equivalent", "only in distribution")
 SETUPS = {
     "A": "AdamW; a model with LayerNorm; each micro-batch loss multiplied by its share len(xb) / len(x)",
     "B": "SGD; a model with BatchNorm1d in training mode; each micro-batch loss multiplied by its share",
-    "C": "SGD; clip_grad_norm_ called right after every micro-batch's backward()",
+    "C": "SGD; clip_grad_norm_ called right after every micro-batch's backward(), with a max_norm the "
+    "gradient exceeds",
     "D": "SGD; each micro-batch loss computed with reduction='sum', then divided by the full batch size N",
     "E": "Adam; a model with two Dropout layers; each micro-batch loss multiplied by its share",
     "F": "SGD(weight_decay=0.01) instead of a penalty in the loss; each micro-batch loss multiplied by its share",
