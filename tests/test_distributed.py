@@ -28,18 +28,18 @@ from autograd_lab import distributed as dl
 from autograd_lab.exercises import accumulation_across_processes as ex
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_accumulation_across_processes.ipynb"
-SCRIPT_CELLS = ("script-1", "script-2", "script-3", "script-4")
 MACHINE_PATH = re.compile(r"(/root/|/tmp/|/home/\w+/|/work/|site-packages)")
 
 
 def notebook_script() -> str:
-    """The training script as the notebook's %%writefile cells write it."""
-    by_id = {c.get("id"): "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]}
+    """The training script as the notebook's %%writefile cells write it: the first cell writes, the others append."""
     parts = []
-    for cell_id in SCRIPT_CELLS:
-        magic, _, body = by_id[cell_id].partition("\n")
-        assert magic.startswith("%%writefile") and "train_ddp.py" in magic, (cell_id, magic)
-        parts.append(body + "\n")
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        magic, _, body = "".join(cell["source"]).partition("\n")
+        if cell["cell_type"] == "code" and magic.startswith("%%writefile") and magic.endswith(" train_ddp.py"):
+            assert ("-a" in magic.split()) == bool(parts), (cell.get("id"), magic)
+            parts.append(body + "\n")
+    assert len(parts) >= 2 and "def main():" in parts[-1]
     return "".join(parts)
 
 
