@@ -13,6 +13,17 @@ import nbformat
 from nbclient import NotebookClient
 
 
+def merge_streams(outputs):
+    """One print may arrive as several stream messages: store consecutive pieces of one stream as one output."""
+    merged = []
+    for out in outputs:
+        if merged and out.output_type == "stream" and merged[-1].output_type == "stream" and merged[-1].name == out.name:
+            merged[-1].text += out.text
+        else:
+            merged.append(out)
+    return merged
+
+
 def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
@@ -20,9 +31,14 @@ def execute(path: Path) -> float:
         nb,
         timeout=600,
         kernel_name="python3",
+        record_timing=False,  # timestamps would change every stored cell on every run
         resources={"metadata": {"path": str(path.parent)}},
     )
     client.execute()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = merge_streams(cell.outputs)
+            cell.metadata.pop("execution", None)
     nb.metadata.pop("widgets", None)
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     lang = nb.metadata.setdefault("language_info", {})
