@@ -20,6 +20,8 @@ c.ClearSolutions.code_stub = {
     )
 }
 
-# Some cells take a few seconds (measurements, the multi-process notebook); nbgrader's default of 30 s per
-# cell is tight on a busy laptop. The same limit as the course's nbval runs.
-c.Execute.timeout = 300
+# The limit for one cell. The course's notebooks run whole in well under a minute, so 120 s leaves a slow
+# laptop room. It also bounds a known stall: now and then nbclient (which nbgrader executes with) receives
+# the reply to a widget cell only when this timeout expires, then carries on without error
+# (jupyter/nbclient#312); nbgrader's default, 30 s, is too tight for the multi-process notebook on a busy machine.
+c.Execute.timeout = 120
