@@ -182,3 +182,27 @@ def test_install_hint_puts_this_platform_first(monkeypatch):
 
 def test_graphviz_missing_is_a_runtime_error():
     assert issubclass(GraphvizMissing, RuntimeError)
+
+
+class _FreshNode:
+    """A backward node whose inputs are new Python objects at every access, as on some torch builds."""
+
+    def __init__(self, depth):
+        self.depth = depth
+
+    @property
+    def next_functions(self):
+        return ((_FreshNode(self.depth + 1), 0),) if self.depth < 5 else ()
+
+
+class _FreshTensor(torch.Tensor):
+    @property
+    def grad_fn(self):
+        return _FreshNode(0)
+
+
+def test_chain_does_not_mistake_a_reused_id_for_a_shared_node():
+    # Node wrappers that are freed while walking can hand their id() to the next one.
+    text = chain(torch.ones(1).as_subclass(_FreshTensor))
+    assert "shared" not in text
+    assert text == " -> ".join(["_FreshNode"] * 6)

@@ -260,10 +260,10 @@ def draw_graph(
         if hasattr(fn, "variable"):
             var = fn.variable
             name = pnames.get(id(var), "leaf")
+            small = show_values and var.numel() <= 6
             label = _label(
                 name,
-                "shape (" + ", ".join(str(s) for s in var.shape) + ")" if var.dim() else "",
-                f"value {format_tensor(var)}" if show_values and var.numel() <= 6 else "",
+                f"value {format_tensor(var)}" if small else format_tensor(var, max_values=0) if var.dim() else "",
                 (f"grad {format_tensor(var.grad)}" if var.grad is not None else "grad None") if show_grads else "",
             )
             fill = COLOURS["leaf"]
@@ -330,7 +330,7 @@ def chain(tensor, *, show_none: bool = False, params=None) -> str:
         why = "a leaf tensor" if tensor.requires_grad else "requires_grad=False"
         return f"(no graph: {why})"
     pnames = _param_names(params)
-    seen: set[int] = set()
+    seen: dict[int, object] = {}  # keeps each node alive: a freed node's id() can be reused by the next one
     lines: list[str] = []
 
     def title(fn):
@@ -349,7 +349,7 @@ def chain(tensor, *, show_none: bool = False, params=None) -> str:
             parts.append(title(fn))
             if fn is None:
                 break
-            seen.add(id(fn))
+            seen[id(fn)] = fn
             inputs = [c for c, _ in fn.next_functions if show_none or c is not None]
             if len(inputs) == 1:
                 fn = inputs[0]
