@@ -73,10 +73,10 @@ print("BENCH" + _j.dumps(_times))
 def run_notebook(path: Path, widget_repeats: int = 0):
     """Execute a notebook in a fresh kernel; optionally time its widgets' callbacks in the same kernel."""
     import nbformat
-    from nbclient import NotebookClient
+    from execute_notebooks import SteadyNotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client = SteadyNotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     widgets = {}
     start = time.perf_counter()
     with client.setup_kernel():
