@@ -274,7 +274,7 @@ def test_nbgrader_and_slide_metadata(path):
             assert test.metadata["slideshow"]["slide_type"] == "skip"
             assert cell.metadata["slideshow"]["slide_type"] == "subslide", "a worked solution is a sub-slide"
             call = classroom.exercise_of(cell).check_call
-            assert src(test).endswith(f"{call}.assert_passed();"), "the grader runs the learner's check"
+            assert src(test).endswith(f"_autograded = {call}.assert_passed()"), "the grader runs the learner's check"
         if classroom.is_widget_cell(cell):
             assert cell.metadata["slideshow"]["slide_type"] in ("slide", "subslide"), "a widget gets its own slide"
             assert cells[i + 1].metadata["slideshow"]["slide_type"] in ("slide", "subslide", "skip")
@@ -316,7 +316,7 @@ def test_annotate_inserts_updates_and_is_idempotent():
         "ex1-md": "subslide", "ex1": "-", "ex1-solution": "subslide", "ex1-test": "skip", "end": "slide",
     }  # fmt: skip
     test = nb.cells[ids.index("ex1-test")]
-    assert src(test).endswith("ex.check_one(answer, n=2).assert_passed();")
+    assert src(test).endswith("_autograded = ex.check_one(answer, n=2).assert_passed()")
     assert test.metadata["nbgrader"]["points"] == 1 and test.metadata["nbgrader"]["locked"]
 
     # Idempotent, keeps an instructor's points and the stored outputs of an unchanged test cell.
@@ -331,7 +331,7 @@ def test_annotate_inserts_updates_and_is_idempotent():
     sol.source = sol.source.replace("n=2", "n=5")
     classroom.annotate(nb)
     test = next(c for c in nb.cells if c.id == "ex1-test")
-    assert src(test).endswith("ex.check_one(answer, n=5).assert_passed();") and test.outputs == []
+    assert src(test).endswith("_autograded = ex.check_one(answer, n=5).assert_passed()") and test.outputs == []
     assert test.metadata["nbgrader"]["points"] == 3
     sol.source = "answer = 3"
     classroom.annotate(nb)

@@ -18,7 +18,9 @@ What ``annotate`` adds (everything is derived from the cells, so running it agai
   ``### BEGIN SOLUTION`` and ``### END SOLUTION`` and which ends with the check call, e.g.
   ``ex.check_leaves(answer)``. That cell becomes an nbgrader *solution* cell; right after it comes a
   locked autograder *test* cell (id ``<exercise>-test``, 1 point unless its metadata already says
-  otherwise) that makes the very same call raise the learner's feedback: ``ex.check_leaves(answer).assert_passed();``.
+  otherwise) that makes the very same call raise the learner's feedback:
+  ``_autograded = ex.check_leaves(answer).assert_passed()`` (an assignment: it shows nothing when it passes;
+  a trailing ``;`` would not, under nbval, which runs cells outside IPython's history).
   Grading and the feedback a learner reads therefore cannot disagree. The tool owns the ``nbgrader``
   metadata: it removes it from any other cell.
 * Slides (RISE, ``slideshow.slide_type``): one idea per slide. A markdown cell with a level 1-2 heading
@@ -56,7 +58,10 @@ BUILD = REPO / "build"
 
 BEGIN, END = "BEGIN SOLUTION", "END SOLUTION"  # nbgrader's delimiters (ClearSolutions matches them anywhere in a line)
 TEST_MARK = "# Autograder test"
-TEST_SOURCE = TEST_MARK + " (nbgrader, locked): the check above must pass; when it fails, its hint is the feedback.\n{call}.assert_passed();"
+TEST_SOURCE = (
+    TEST_MARK + " (nbgrader, locked): the check above must pass; when it fails, its hint is the feedback.\n"
+    "_autograded = {call}.assert_passed()"
+)
 DEFAULT_POINTS = 1
 SCHEMA = 3
 LINES_PER_SLIDE = 30  # source lines; outputs come on top, and tall slides scroll
