@@ -21,7 +21,41 @@ c.ClearSolutions.code_stub = {
 }
 
 # The limit for one cell. The course's notebooks run whole in well under a minute, so 120 s leaves a slow
-# laptop room. It also bounds a known stall: now and then nbclient (which nbgrader executes with) receives
-# the reply to a widget cell only when this timeout expires, then carries on without error
-# (jupyter/nbclient#312); nbgrader's default, 30 s, is too tight for the multi-process notebook on a busy machine.
+# laptop room; nbgrader's default, 30 s, is tight for the multi-process notebook on a busy machine.
 c.Execute.timeout = 120
+
+# jupyter/nbclient#312: with widget cells, the wait for a cell's reply sometimes wakes only when its poll
+# times out, although the reply is there, so one grading run can sit idle for the whole timeout above.
+# Autograde executes with this subclass of nbgrader's Execute, which polls in short steps up to the same
+# deadline and picks the reply up at once (tools/execute_notebooks.py does the same for `make notebooks`).
+import time  # noqa: E402
+from queue import Empty  # noqa: E402
+
+from nbgrader.converters.autograde import Autograde  # noqa: E402
+from nbgrader.preprocessors import Execute  # noqa: E402
+
+
+class SteadyExecute(Execute):
+    poll_s = 0.5
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        one_poll = kc.shell_channel.get_msg
+
+        async def get_msg(timeout=None):
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                left = self.poll_s if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    return await one_poll(timeout=min(self.poll_s, left))
+                except Empty:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+
+        kc.shell_channel.get_msg = get_msg
+        return kc
+
+
+c.Autograde.autograde_preprocessors = [
+    SteadyExecute if pp is Execute else pp for pp in Autograde.class_traits()["autograde_preprocessors"].default()
+]
