@@ -379,11 +379,15 @@ def draw_update_timeline(events_by_rank, *, title: str = "", unit: str = "ms"):
     labels, ticks, end = [], [], 0.0
     for rank, events in enumerate(events_by_rank):
         base = 2 * (len(events_by_rank) - 1 - rank)
+        lanes = {base: ([], []), base + 1: ([], [])}  # one collection per lane keeps a redraw quick
         for kind, t0, t1 in events:
-            lane = base if kind == "all-reduce" else base + 1
-            ax.broken_barh([(t0, max(t1 - t0, 1e-3))], (lane + 0.1, 0.8),
-                           facecolors=COLOURS.get(kind, "grey"), edgecolor="white", linewidth=0.5)
+            spans, colours = lanes[base if kind == "all-reduce" else base + 1]
+            spans.append((t0, max(t1 - t0, 1e-3)))
+            colours.append(COLOURS.get(kind, "grey"))
             end = max(end, t1)
+        for lane, (spans, colours) in lanes.items():
+            if spans:
+                ax.broken_barh(spans, (lane + 0.1, 0.8), facecolors=colours, edgecolor="white", linewidth=0.5)
         ticks += [base + 0.5, base + 1.5]
         labels += [f"rank {rank} all-reduce", f"rank {rank} compute"]
     ax.set_yticks(ticks, labels)
@@ -394,7 +398,7 @@ def draw_update_timeline(events_by_rank, *, title: str = "", unit: str = "ms"):
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.2, right=0.8, bottom=0.8 / fig.get_figheight(), top=1 - 0.35 / fig.get_figheight())
     plt.close(fig)
     return fig
 
