@@ -94,10 +94,7 @@ def live(fn, *, _title: str | None = None, **controls):
         status.value = f"<small>updated in {1000 * (time.perf_counter() - start):.0f} ms</small>"
 
     for w in widgets.values():
-        if isinstance(w, W.Button):
-            w.on_click(refresh)
-        else:
-            w.observe(refresh, names="value")
+        w.observe(refresh, names="value")
     children = [W.HTML(f"<b>{_title}</b>")] if _title else []
     children += [W.HBox(list(widgets.values()), layout=W.Layout(flex_flow="row wrap")), out, status]
     panel = W.VBox(children)

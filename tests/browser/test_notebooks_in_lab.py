@@ -184,21 +184,30 @@ def check_widget(lab, cell: dict, kinds_present: dict):
         kinds_present.setdefault(c["kind"], (cell, c))
     for name, value in wanted.items():
         operate(lab, cell_id, by_name[name], value)
+    wait_for_output(
+        lab, cell, twin_text, what="the widget's output to equal its twin's",
+        failure=f"after setting {wanted} the widget's output is not its twin's ({twin_id!r})", label="twin",
+    )
+
+
+def wait_for_output(lab, cell: dict, expected: str, *, what: str, failure: str, label: str):
+    """Wait until the widget of `cell` shows `expected`; on a time-out say where the texts part. No error shown."""
+    cell_id, where = cell["id"], _where(cell)
     try:
         lab.wait(
             "([id, text]) => window.alTest.widgetTextIs(id, text)",
-            [cell_id, twin_text],
+            [cell_id, expected],
             timeout_s=WIDGET_TIMEOUT,
-            what="the widget's output to equal its twin's",
+            what=what,
         )
     except AssertionError as err:
         now = lab.js("(id) => window.alTest.widgetState(id)", cell_id)["text"]
         raise AssertionError(
-            f"{where}: after setting {wanted} the widget's output is not its twin's ({twin_id!r}): {err}\n"
-            f"widget: {_short(now)!r}\ntwin:   {_short(twin_text)!r}\n{_first_difference(now, twin_text)}"
+            f"{where}: {failure}: {err}\nwidget: {_short(now)!r}\n{label + ':':<7} {_short(expected)!r}\n"
+            f"{_first_difference(now, expected)}"
         ) from None
     state = lab.js("(id) => window.alTest.widgetState(id)", cell_id)
-    assert not state["problems"], f"{where}: the widget shows an error after {wanted}:\n{state['problems'][0]}"
+    assert not state["problems"], f"{where}: the widget shows an error ({failure.split(':')[0]}):\n{state['problems'][0]}"
 
 
 def move_away_and_back(lab, cell: dict, control: dict):
@@ -221,21 +230,11 @@ def move_away_and_back(lab, cell: dict, control: dict):
         what=f"the output of cell {cell_id!r} to change when {control['name']!r} moves to {other!r}",
     )
     operate(lab, cell_id, control, original)
-    try:
-        lab.wait(
-            "([id, text]) => window.alTest.widgetTextIs(id, text)",
-            [cell_id, before],
-            timeout_s=WIDGET_TIMEOUT,
-            what="the output to come back",
-        )
-    except AssertionError as err:
-        now = lab.js("(id) => window.alTest.widgetState(id)", cell_id)["text"]
-        raise AssertionError(
-            f"{where}: moving {control['name']!r} to {other!r} and back to {original!r} did not restore the "
-            f"output: {err}\nnow:    {_short(now)!r}\nbefore: {_short(before)!r}"
-        ) from None
-    state = lab.js("(id) => window.alTest.widgetState(id)", cell_id)
-    assert not state["problems"], f"{where}: the widget shows an error:\n{state['problems'][0]}"
+    wait_for_output(
+        lab, cell, before, what="the output to come back",
+        failure=f"moving {control['name']!r} to {other!r} and back to {original!r} did not restore the output",
+        label="before",
+    )
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 300)  # a hang outside the waits above still ends (pytest-timeout)
