@@ -12,10 +12,25 @@ The checks for each notebook live in a module of this package named after it
 
 from __future__ import annotations
 
+import functools
 import html
+import math
+import numbers
 from dataclasses import dataclass
 
-__all__ = ["Feedback", "correct", "wrong", "unanswered", "malformed", "is_unanswered"]
+__all__ = [
+    "Feedback",
+    "correct",
+    "wrong",
+    "unanswered",
+    "malformed",
+    "is_unanswered",
+    "as_number",
+    "as_int",
+    "describe_error",
+    "close",
+    "never_raises",
+]
 
 _STYLE = {
     "correct": ("#e6f4ea", "#1e7e34", "Correct"),
@@ -76,3 +91,76 @@ def malformed(message: str) -> Feedback:
 def is_unanswered(answer) -> bool:
     """An answer still at its placeholder: ``...`` (Ellipsis) or None."""
     return answer is Ellipsis or answer is None
+
+
+def as_number(answer) -> float | None:
+    """A learner's numeric answer as a float, or None when it is not one number.
+
+    Accepts Python ints, floats and fractions, numpy scalars and one-element arrays,
+    and one-element tensors (any shape, any dtype but bool). NaN comes back as NaN:
+    the caller decides what a non-finite answer means.
+    """
+    if isinstance(answer, bool) or answer is None:
+        return None
+    try:
+        import torch
+
+        if isinstance(answer, torch.Tensor):
+            if answer.numel() != 1 or answer.dtype == torch.bool or answer.is_sparse or answer.is_meta:
+                return None
+            return float(answer.detach().cpu().reshape(()))
+    except Exception:  # an unusual tensor (meta, sparse, a subclass) is not a number here
+        return None
+    if isinstance(answer, numbers.Real):
+        return float(answer)
+    size = getattr(answer, "size", None)  # numpy arrays and scalars without importing numpy
+    if size == 1 and hasattr(answer, "item") and getattr(answer, "dtype", None) is not None:
+        if getattr(answer.dtype, "kind", "") not in "iuf":
+            return None
+        return float(answer.item())
+    return None
+
+
+def as_int(answer) -> int | None:
+    """A learner's answer as an int when it is a whole number (``3``, ``3.0``, ``np.int64(3)``, ``tensor(3)``)."""
+    value = as_number(answer)
+    if value is None or not math.isfinite(value) or value != int(value):
+        return None
+    return int(value)
+
+
+def describe_error(err: BaseException) -> str:
+    """``"TypeError: first line of the message"``: how feedback names an exception a learner's code raised."""
+    first = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {first}".rstrip(": ")
+
+
+def close(a, b, *, rtol: float = 1e-5, atol: float = 1e-7) -> bool:
+    """Are two numbers (or equal-shaped tensors) the same up to float32 rounding? Non-finite never matches."""
+    import torch
+
+    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
+    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
+    if a.shape != b.shape or not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return False
+    return bool(torch.allclose(a, b, rtol=rtol, atol=atol))
+
+
+def never_raises(check):
+    """Wrap a check so that nothing a learner's answer does escapes as an exception.
+
+    An exception inside the check becomes ``malformed`` feedback naming the error;
+    ``KeyboardInterrupt`` and ``SystemExit`` still propagate.
+    """
+
+    @functools.wraps(check)
+    def guarded(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 -- a learner's code can raise anything
+            return malformed(
+                f"checking your answer raised {describe_error(err)}. Look at what your code does with the "
+                "inputs the exercise describes, then run the cell again."
+            )
+
+    return guarded
