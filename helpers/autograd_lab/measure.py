@@ -14,7 +14,6 @@ import sys
 from dataclasses import dataclass, field
 
 import torch
-import torch.utils.benchmark as benchmark
 
 from .graph import graph_nodes
 
@@ -125,6 +124,10 @@ def time_call(fn, *, min_run_time: float = 0.2, label: str = "", threads: int | 
         raise TypeError(f"time_call expects a function taking no arguments, got {type(fn).__name__}.")
     if min_run_time <= 0:
         raise ValueError("min_run_time must be positive (seconds), e.g. 0.2.")
+    # Imported here, not at the top: torch.utils.benchmark pulls in torch.utils.cpp_extension, which
+    # prints a "No CUDA runtime is found" warning on a CPU-only machine with a CUDA build of torch.
+    import torch.utils.benchmark as benchmark
+
     timer = benchmark.Timer(
         stmt="fn()",
         globals={"fn": fn},
