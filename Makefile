@@ -6,36 +6,58 @@ PYTHON      ?= python3
 VENV        ?= .venv
 # Where PyTorch comes from. The CPU index (whose builds, tagged +cpu, pip prefers over PyPI's same
 # version) keeps the install small; for a GPU build use
-# e.g. `make lab TORCH_INDEX=https://download.pytorch.org/whl/cu128` (see README).
+# e.g. `make lab TORCH_INDEX=https://download.pytorch.org/whl/cu128` (see README). TORCH_INDEX= (empty)
+# takes PyPI's default build, what `pip install torch` gives.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# One lock for every supported Python (tools/lock.py); CONSTRAINTS=/dev/null installs the newest releases.
 CONSTRAINTS ?= constraints.txt
-EXTRAS      ?= test,classroom
 PORT        ?= 8888
 JOBS        ?= 2
 
 BIN   := $(VENV)/bin
 PY    := $(BIN)/python
-STAMP := $(VENV)/.autograd-lab-installed
+# What each audience installs: a learner needs the course only; `make test` adds the test tools and the
+# instructor's classroom tools (nbgrader, slides).
+LEARNER := $(VENV)/.installed-learner
+TESTER  := $(VENV)/.installed-test
+PIP     := $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
 
-.PHONY: lab test test-fast test-browser notebooks setup graphviz bench lock clean help student handouts
+.PHONY: lab test test-fast test-browser test-pythons notebooks setup setup-test graphviz bench lock clean help \
+        student handouts python-check
 
 help:
-	@echo "make lab        set up (venv, packages, Graphviz) and open JupyterLab on the course map"
-	@echo "make test       set up, then every test: unit tests, nbval on every notebook, browser tests"
-	@echo "make notebooks  re-execute every notebook in a fresh kernel and save it"
-	@echo "make bench      measure notebook cost, widget latency and the course's figures at scale"
+	@echo "make lab           set up (venv, packages, Graphviz) and open JupyterLab on the course map"
+	@echo "make test          set up, then every test: unit tests, nbval on every notebook, browser tests"
+	@echo "make notebooks     re-execute every notebook in a fresh kernel and save it"
+	@echo "make bench         measure notebook cost, widget latency and the course's figures at scale"
+	@echo "make test-pythons  the non-browser suite on every other supported Python found here (3.10, 3.12, 3.13)"
 
-$(STAMP): pyproject.toml $(CONSTRAINTS)
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+# One clear line instead of a resolver error on a Python the course does not support.
+python-check:
+	@$(PYTHON) tools/python_check.py
+
+$(PY):
+	@$(MAKE) --no-print-directory python-check
+	$(PYTHON) -m venv $(VENV)
+
+$(LEARNER): pyproject.toml $(CONSTRAINTS) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || \
-	  $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS) torch --extra-index-url $(TORCH_INDEX) --retries 1
-	$(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	  $(PIP) torch $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) --retries 1
+	$(PIP) -e .
+	@$(PY) tools/lab_settings.py $(VENV)
 	@touch $@
 
-setup: $(STAMP) graphviz
+$(TESTER): $(LEARNER)
+	$(PIP) -e ".[test,classroom]"
+	@$(PY) -c "import nbgrader" 2>/dev/null || \
+	  echo "NOTE: nbgrader needs Python 3.11+; on $$($(PY) -V) the classroom tests are skipped (the course itself runs)."
+	@touch $@
 
-graphviz:
-	@$(PYTHON) tools/ensure_graphviz.py
+setup: $(LEARNER) graphviz
+setup-test: $(TESTER) graphviz
+
+graphviz: $(LEARNER)
+	@$(PY) tools/ensure_graphviz.py
 
 # JupyterLab refuses to run as root unless told; containers and CI often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
@@ -43,31 +65,43 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 lab: setup
 	$(BIN)/jupyter lab --port $(PORT) $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_start_here.ipynb
 
-test: setup
+test: setup-test
 	$(PY) -m pytest -m "not browser" -n $(JOBS) --dist loadscope tests notebooks
 	$(PY) -m pytest -m browser tests
 
-test-fast: setup
+test-fast: setup-test
 	$(PY) -m pytest -m "not browser" -n $(JOBS) tests
 
-test-browser: setup
+test-browser: setup-test
 	$(PY) -m pytest -m browser tests
 
-notebooks: setup
+notebooks: setup-test
 	$(PY) tools/execute_notebooks.py $(or $(NB),notebooks/*.ipynb)
 
-bench: setup
+bench: setup-test
 	$(PY) tools/bench.py
 
 # The classroom kit (tools/classroom.py; README > Teaching with this course). Build outputs only, in build/.
-student: setup
+NEEDS_NBGRADER = @$(PY) -c "import nbgrader" 2>/dev/null || { echo "make $@: the classroom kit needs nbgrader, \
+  which needs Python 3.11 or newer (this is $$($(PY) -V)). Use e.g. make $@ PYTHON=python3.11 VENV=.venv-3.11"; exit 1; }
+
+student: setup-test
+	$(NEEDS_NBGRADER)
 	$(PY) tools/classroom.py student $(or $(NB),notebooks/[0-9][0-9]_*.ipynb)
 
-handouts: setup
+handouts: setup-test
+	$(NEEDS_NBGRADER)
 	$(PY) tools/classroom.py handouts $(or $(NB),notebooks/[0-9][0-9]_*.ipynb)
 
-lock: $(STAMP)
-	$(PY) tools/lock.py > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)
+lock: $(LEARNER)
+	@$(PY) -m uv --version >/dev/null 2>&1 || $(PY) -m pip install --disable-pip-version-check -q uv
+	$(PY) tools/lock.py > constraints.txt.new && mv constraints.txt.new constraints.txt
+
+# The non-browser suite on each other supported Python found on this machine, each in its own venv
+# (.venv-3.X). PYTHONS names them; TORCH_INDEX_<version> overrides where that Python's torch comes from.
+PYTHONS ?= 3.10 3.12 3.13
+test-pythons:
+	@$(PYTHON) tools/other_pythons.py $(PYTHONS)
 
 clean:
-	rm -rf $(VENV) build bench-results test-artifacts .pytest_cache
+	rm -rf $(VENV) .venv-3.* build bench-results test-artifacts .pytest_cache

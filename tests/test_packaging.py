@@ -1,11 +1,18 @@
 """pyproject.toml and environment.yml must name the same packages with the same lower bounds."""
 
-import re
-import tomllib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (the test extra installs it there)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 # conda-forge names that differ from PyPI's
@@ -13,10 +20,14 @@ CONDA_TO_PYPI = {"pytorch": "torch", "python-graphviz": "graphviz"}
 CONDA_ONLY = {"python", "pip", "graphviz"}  # graphviz on conda = the `dot` program (PyPI has none)
 
 
+def _name(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
 def _split(requirement: str):
-    requirement = requirement.split(";")[0].split("#")[0].strip()
-    m = re.match(r"^([A-Za-z0-9_.\-]+)\s*(.*)$", requirement)
-    return m.group(1).lower().replace("_", "-"), m.group(2).replace(" ", "")
+    """("name", "specifier") of a requirement, markers dropped; conda's "name >=1.0" spelling accepted."""
+    req = Requirement(requirement.split("#")[0].strip().replace(" >", ">").replace(" =", "="))
+    return _name(req.name), str(req.specifier)
 
 
 def pyproject_packages(text: str) -> dict:
@@ -81,13 +92,65 @@ def test_drift_is_caught(edit, expected):
     assert any(expected in p for p in problems), problems
 
 
-def test_constraints_pin_every_direct_dependency():
-    pins = {}
-    for line in (ROOT / "constraints.txt").read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, _, ver = line.split(";")[0].partition("==")
-            pins[name.strip().lower().replace("_", "-")] = ver.strip()
-    py = pyproject_packages((ROOT / "pyproject.toml").read_text())
-    missing = sorted(n for n in py if n not in pins)
-    assert not missing, f"constraints.txt does not pin: {missing}; run `make lock`"
-    assert "+" not in pins["torch"], "pin torch without a local build tag, so CPU and CUDA builds both satisfy it"
+SUPPORTED = ("3.10", "3.11", "3.12", "3.13")
+PLATFORMS = {"linux": "Linux", "darwin": "Darwin", "win32": "Windows"}
+
+
+def _environments():
+    for version in SUPPORTED:
+        for sys_platform, system in PLATFORMS.items():
+            env = dict(default_environment())
+            env.update(python_version=version, python_full_version=version + ".0", sys_platform=sys_platform,
+                       platform_system=system, platform_machine="x86_64" if system != "Darwin" else "arm64",
+                       os_name="nt" if system == "Windows" else "posix", implementation_name="cpython",
+                       platform_python_implementation="CPython")
+            yield f"{version}-{sys_platform}", env
+
+
+def lock_pins(text: str, env: dict) -> dict:
+    """name -> version pinned by the lock for one environment (its markers evaluated there)."""
+    pins: dict = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate(env):
+            assert _name(req.name) not in pins, f"{req.name} pinned twice for {env['python_version']}"
+            pins[_name(req.name)] = str(req.specifier)
+    return pins
+
+
+@pytest.mark.parametrize("where, env", list(_environments()), ids=lambda v: v if isinstance(v, str) else "")
+def test_lock_pins_every_dependency_once_for_every_supported_python(where, env):
+    pins = lock_pins((ROOT / "constraints.txt").read_text(), env)
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [Requirement(r) for group in [data["dependencies"], *data["optional-dependencies"].values()]
+                    for r in group]
+    wanted = [r for r in requirements if r.marker is None or r.marker.evaluate(env)]
+    missing = sorted(_name(r.name) for r in wanted if _name(r.name) not in pins)
+    assert not missing, f"constraints.txt pins nothing for {missing} on {where}; run `make lock`"
+    for req in wanted:
+        version = pins[_name(req.name)].removeprefix("==")
+        assert req.specifier.contains(version, prereleases=True), f"{where}: {req.name}=={version} breaks {req}"
+    assert pins["torch"] == "==2.13.0", "torch pinned without a build tag: CPU and CUDA builds both satisfy it"
+
+
+def test_requires_python_matches_the_lock_and_the_set_up_check():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert data["requires-python"] == ">=" + SUPPORTED[0]
+    assert f'OLDEST_PYTHON = "{SUPPORTED[0]}"' in (ROOT / "tools" / "lock.py").read_text()
+    oldest = tuple(int(p) for p in SUPPORTED[0].split("."))
+    assert f"OLDEST = {oldest}" in (ROOT / "tools" / "python_check.py").read_text()
+
+
+def test_the_package_imports_quietly_and_lightly():
+    """No warning at import (warnings are errors here), and nothing heavy: torch.utils.benchmark pulls in
+    cpp_extension, which warns "No CUDA runtime is found" on a CPU-only machine with a CUDA build of torch."""
+    code = (
+        "import sys, autograd_lab, autograd_lab.exercises, autograd_lab.stepper, autograd_lab.distributed\n"
+        "heavy = [m for m in ('torch.utils.benchmark', 'torch.utils.cpp_extension', 'torch._dynamo') "
+        "if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    done = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and not done.stderr, done.stderr
