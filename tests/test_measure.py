@@ -96,6 +96,70 @@ def test_saved_tensors_rejects_a_bad_exclude():
         lab.SavedTensors(exclude=[torch.ones(1), "x"])
 
 
+def test_nested_blocks_each_count_what_was_saved_while_they_were_open():
+    w = torch.randn(100, requires_grad=True)  # excluded everywhere: only results are counted
+    with lab.SavedTensors(exclude=[w]) as outer:
+        a = torch.exp(w)  # saves its 400-byte result: outer only
+        with lab.SavedTensors(exclude=[w]) as inner:
+            b = torch.exp(a)  # another 400-byte result: both blocks
+        c = torch.exp(b)  # a third: outer only
+    assert (inner.bytes, inner.storages, inner.tensors) == (400, 1, 1)
+    assert (outer.bytes, outer.storages, outer.tensors) == (1200, 3, 3)
+    del c
+
+
+def test_a_second_with_block_counts_only_itself():
+    w = torch.randn(50, requires_grad=True)
+    saved = lab.SavedTensors(exclude=[w])
+    with saved:
+        first = torch.exp(w)
+    assert saved.bytes == 200
+    with saved:
+        second = torch.exp(w).exp()  # two results of 200 bytes
+    assert (saved.bytes, saved.storages, saved.tensors) == (400, 2, 2)
+    del first, second
+
+
+def test_the_hooks_are_gone_after_the_block():
+    w = torch.randn(10, requires_grad=True)
+    with lab.SavedTensors() as saved:
+        pass
+    torch.exp(w)
+    assert saved.tensors == 0 and measure._open_blocks() == []
+
+
+def test_reentering_an_open_block_or_closing_out_of_order_is_refused():
+    saved = lab.SavedTensors()
+    with saved:
+        with pytest.raises(RuntimeError, match="already open"):
+            saved.__enter__()
+    outer, inner = lab.SavedTensors(), lab.SavedTensors()
+    outer.__enter__()
+    inner.__enter__()
+    with pytest.raises(RuntimeError, match="reverse order"):
+        outer.__exit__(None, None, None)
+    inner.__exit__(None, None, None)
+    assert measure._open_blocks() == []
+    with pytest.raises(RuntimeError, match="not open"):
+        inner.__exit__(None, None, None)
+
+
+def test_an_error_inside_the_block_closes_it():
+    with pytest.raises(ZeroDivisionError):
+        with lab.SavedTensors():
+            1 / 0
+    assert measure._open_blocks() == []
+
+
+# ---------------------------------------------------------------- time_call (no timing asserted)
+
+
+def test_time_call_returns_a_positive_median():
+    timing = lab.time_call(lambda: None, min_run_time=0.01, label="nothing", threads=1)
+    assert timing.median > 0 and timing.runs >= 1 and timing.us == timing.median * 1e6
+    assert str(timing).startswith("nothing: ")
+
+
 # ---------------------------------------------------------------- heap_bytes, held_bytes
 
 needs_heap = pytest.mark.skipif(heap_bytes() is None, reason="the C library reports no heap statistics here")

@@ -9,9 +9,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import math
 import statistics
 import sys
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass
+from numbers import Real
 
 import torch
 
@@ -30,6 +33,27 @@ def _storage_key(t: torch.Tensor):
     return (t.device.type, t.device.index, storage.data_ptr(), storage.nbytes())
 
 
+_THREAD = threading.local()  # saved-tensor hooks are per thread in PyTorch; so are the open blocks
+
+
+def _open_blocks() -> list:
+    """The SavedTensors blocks open now in this thread, outermost first."""
+    if not hasattr(_THREAD, "blocks"):
+        _THREAD.blocks = []
+    return _THREAD.blocks
+
+
+def _pack_into_open_blocks(t):
+    # PyTorch calls only the innermost pair of saved-tensor hooks: that pair records into every open block
+    for block in _open_blocks():
+        block._record(t)
+    return t
+
+
+def _unpack(t):
+    return t
+
+
 class SavedTensors:
     """Count what autograd saves for backward while the ``with`` block runs.
 
@@ -42,9 +66,15 @@ class SavedTensors:
 
     ``bytes`` is the size of the distinct storages, ``storages`` their number,
     ``tensors`` how many times a tensor was saved (repeats included).
+
+    Blocks nest: each counts what was saved while it was open (the outer one
+    includes the inner one's). Using one instance again starts a fresh count;
+    opening it again while it is still open is an error.
     """
 
     def __init__(self, exclude=()):
+        if isinstance(exclude, torch.Tensor):
+            exclude = [exclude]
         try:
             exclude = list(exclude)
         except TypeError:
@@ -57,24 +87,32 @@ class SavedTensors:
         self.tensors = 0
         self._hooks = None
 
-    def _pack(self, t):
+    def _record(self, t):
         self.tensors += 1
         key = _storage_key(t)
         if key not in self._excluded:
             self._seen[key] = t.untyped_storage().nbytes()
-        return t
-
-    @staticmethod
-    def _unpack(t):
-        return t
 
     def __enter__(self):
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        if self._hooks is not None:
+            raise RuntimeError("this SavedTensors block is already open: nest a new SavedTensors() instead.")
+        self._seen, self.tensors = {}, 0  # a second `with` counts its own block only
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(_pack_into_open_blocks, _unpack)
         self._hooks.__enter__()
+        _open_blocks().append(self)
         return self
 
     def __exit__(self, *exc):
-        self._hooks.__exit__(*exc)
+        if self._hooks is None:
+            raise RuntimeError("this SavedTensors block was not open.")
+        blocks = _open_blocks()
+        innermost = bool(blocks) and blocks[-1] is self
+        if self in blocks:
+            blocks.remove(self)
+        hooks, self._hooks = self._hooks, None
+        hooks.__exit__(*exc)
+        if not innermost and exc[0] is None:
+            raise RuntimeError("SavedTensors blocks must close in the reverse order of opening (innermost first).")
         return False
 
     @property
@@ -95,49 +133,50 @@ class SavedTensors:
 
 @dataclass
 class Timing:
-    """Median seconds per call, with the spread it came from."""
+    """Median seconds per call, and how many timed runs it came from."""
 
     median: float
-    iqr: float
     runs: int
     label: str = ""
-    times: list = field(default_factory=list, repr=False)
 
     @property
     def us(self) -> float:
         return self.median * 1e6
 
-    @property
-    def ms(self) -> float:
-        return self.median * 1e3
-
     def __str__(self):
         return f"{self.label or 'call'}: {self.median * 1e3:.3f} ms (median of {self.runs})"
+
+
+def _positive_seconds(name: str, value) -> float:
+    """``value`` as a finite, positive number of seconds, or an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a number of seconds, e.g. 0.2; got {type(value).__name__} {value!r}.")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite, positive number of seconds, e.g. 0.2; got {value!r}.")
+    return float(value)
 
 
 def time_call(fn, *, min_run_time: float = 0.2, label: str = "", threads: int | None = None) -> Timing:
     """Time ``fn()`` with ``torch.utils.benchmark`` (which synchronizes CUDA work).
 
-    Returns the median time per call. ``min_run_time`` bounds the measuring time.
+    Returns the median time per call. ``min_run_time`` bounds the measuring time;
+    ``threads`` (default: torch's current number) is how many threads torch may use.
     """
     if not callable(fn):
         raise TypeError(f"time_call expects a function taking no arguments, got {type(fn).__name__}.")
-    if min_run_time <= 0:
-        raise ValueError("min_run_time must be positive (seconds), e.g. 0.2.")
+    min_run_time = _positive_seconds("min_run_time", min_run_time)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}.")
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str, got {type(label).__name__}.")
     # Imported here, not at the top: torch.utils.benchmark pulls in torch.utils.cpp_extension, which
     # prints a "No CUDA runtime is found" warning on a CPU-only machine with a CUDA build of torch.
     import torch.utils.benchmark as benchmark
 
-    timer = benchmark.Timer(
-        stmt="fn()",
-        globals={"fn": fn},
-        label=label,
-        num_threads=threads or torch.get_num_threads(),
-    )
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, label=label,
+                            num_threads=threads or torch.get_num_threads())
     m = timer.blocked_autorange(min_run_time=min_run_time)
-    times = list(m.times)
-    iqr = statistics.quantiles(times, n=4)[2] - statistics.quantiles(times, n=4)[0] if len(times) > 1 else 0.0
-    return Timing(median=m.median, iqr=iqr, runs=len(times), label=label, times=times)
+    return Timing(median=m.median, runs=len(m.times), label=label)
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,8 +238,8 @@ def held_bytes(build, *, repeats: int = 3) -> int | None:
     """
     if not callable(build):
         raise TypeError(f"held_bytes expects a function taking no arguments, got {type(build).__name__}.")
-    if repeats < 1:
-        raise ValueError("repeats must be at least 1.")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int, at least 1; got {repeats!r}.")
     if heap_bytes() is None:
         return None
     gc.collect()  # once, before measuring: garbage left by earlier code must not be freed mid-measurement
