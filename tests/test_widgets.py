@@ -48,3 +48,70 @@ def test_unknown_control_names_are_refused_with_the_function_name():
         live(fn, m=(1, 3))
     with pytest.raises(TypeError, match="expects a function"):
         live(3, n=(1, 2))
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ((1, 10, 0), "step of n=.* must be positive"),
+        ((1, 10, -1), "step of n=.* must be positive"),
+        ((0.0, 1.0, float("nan")), "step of n=.* finite"),
+        ((float("nan"), 1.0), "min of n=.* finite"),
+        ((0.0, float("inf")), "max of n=.* finite"),
+        ((5, 1), "n=.* min 5 greater than max 1"),
+    ],
+)
+def test_impossible_slider_specs_are_refused_naming_the_parameter(spec, words):
+    with pytest.raises(ValueError, match=words):
+        control_for("n", spec)
+
+
+@pytest.mark.parametrize("spec", [(1, "a"), (1, 2, 3, 4), (), [], "text", None, (True, False)])
+def test_specs_that_make_no_control_are_refused_naming_the_parameter(spec):
+    with pytest.raises(TypeError, match="n="):
+        control_for("n", spec)
+    with pytest.raises(TypeError, match="n is a Button, which has no value"):
+        control_for("n", W.Button())
+
+
+def test_dropdowns_from_pairs_tuples_and_dicts():
+    assert control_for("k", [("one", 1), ("two", 2)]).value == 1
+    assert control_for("op", ("add", "mul")).options == ("add", "mul")
+    assert control_for("k", {"one": 1}, default=1).value == 1
+    slider = control_for("lr", (0.0, 1.0, 0.25), default=0.5)
+    assert isinstance(slider, W.FloatSlider) and slider.step == 0.25 and slider.value == 0.5
+
+
+def test_an_error_in_the_function_is_shown_and_the_panel_stays_usable():
+    def fn(n=1):
+        if n == 2:
+            raise ValueError("two is not allowed")
+        return n
+
+    panel = live(fn, n=(1, 3))
+    assert "updated" in panel.status.value
+    panel.controls["n"].value = 2  # raises inside fn: shown, not raised
+    assert "ValueError: two is not allowed" in panel.status.value
+    panel.controls["n"].value = 3
+    assert "updated" in panel.status.value and "error" not in panel.status.value
+
+
+def test_a_partial_works_and_its_errors_name_the_function():
+    import functools
+
+    def scaled(n, scale):
+        return n * scale
+
+    calls = []
+    panel = live(functools.partial(lambda n, scale: calls.append(scaled(n, scale)), scale=10), n=(1, 3))
+    panel.controls["n"].value = 3
+    assert calls == [20, 30]  # no default: ipywidgets starts a slider in the middle
+    with pytest.raises(TypeError, match=r"scaled cannot take these controls \(m\)"):
+        live(functools.partial(scaled, scale=2), m=(1, 3))
+
+
+def test_refresh_reruns_the_function():
+    calls = []
+    panel = live(lambda n=1: calls.append(n), n=(1, 3))
+    panel.refresh()
+    assert calls == [1, 1]

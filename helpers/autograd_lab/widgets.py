@@ -5,48 +5,101 @@ control per keyword and re-runs ``fn(**values)`` whenever a control changes,
 showing its result below. The plain function is what tests (and the checked
 twin cell beside each widget cell) call directly.
 
+The controls and the wiring are ipywidgets' own (``interactive`` and its
+abbreviations); what the course adds is thin: specs checked up front with a
+message naming the parameter, sliders that update on release, a tuple result
+shown item by item, an error shown inside the panel (which stays usable), and
+a line saying how long the update took.
+
 Conventions the browser tests rely on: each control's ``description`` is its
-keyword name; the panel carries the class ``al-live`` and its output area
-``al-output``.
+keyword name and carries the class ``al-control``; the panel carries the class
+``al-live``, its output area ``al-output`` and its status line ``al-status``.
 """
 
 from __future__ import annotations
 
+import functools
+import html
 import inspect
+import math
+import sys
 import time
+import traceback
+from numbers import Real
 
 import ipywidgets as W
 from IPython.display import display
 
 __all__ = ["live", "control_for"]
 
+_EMPTY = inspect.Parameter.empty
+_ACCEPTED = ("Use True/False (checkbox), a list of strings or of (label, value) pairs (dropdown), "
+             "(min, max[, step]) numbers (slider), or pass an ipywidgets control.")
 
-def control_for(name: str, spec):
-    """Turn a short description into a control, like ``ipywidgets.interact`` does.
 
-    bool -> Checkbox; list/tuple of str -> Dropdown; (min, max) or (min, max, step)
-    of ints -> IntSlider, of floats -> FloatSlider; a ready widget is used as it is.
+def _name(fn) -> str:
+    """A readable name for any callable: a function, a ``functools.partial``, a callable object."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, Real) and not isinstance(x, bool)
+
+
+def _check_range(name: str, spec: tuple) -> None:
+    """A (min, max[, step]) slider spec: finite numbers, min <= max, a positive step."""
+    if len(spec) not in (2, 3):
+        raise TypeError(f"live(): {name}={spec!r} has {len(spec)} numbers; a slider takes (min, max) or "
+                        "(min, max, step).")
+    lo, hi, *step = spec
+    for label, value in (("min", lo), ("max", hi), *(("step", s) for s in step)):
+        if not math.isfinite(value):
+            raise ValueError(f"live(): the {label} of {name}={spec!r} must be a finite number, got {value!r}.")
+    if lo > hi:
+        raise ValueError(f"live(): {name}={spec!r} has min {lo!r} greater than max {hi!r}; write (min, max).")
+    if step and step[0] <= 0:
+        raise ValueError(f"live(): the step of {name}={spec!r} must be positive, got {step[0]!r}.")
+
+
+def _abbreviation(name: str, spec):
+    """``spec`` checked and put in the form ipywidgets' abbreviations understand."""
+    if isinstance(spec, W.Widget):
+        if not isinstance(spec, W.ValueWidget):
+            raise TypeError(f"live(): {name} is a {type(spec).__name__}, which has no value to pass. {_ACCEPTED}")
+        return spec
+    if isinstance(spec, bool):
+        return spec
+    if isinstance(spec, tuple) and spec and all(_is_number(s) for s in spec):
+        _check_range(name, spec)
+        return spec
+    if isinstance(spec, (list, dict)) and spec:
+        return spec  # options, or (label, value) pairs, or {label: value}: a dropdown
+    if isinstance(spec, tuple) and spec and not any(_is_number(s) or isinstance(s, bool) for s in spec):
+        return list(spec)  # a tuple of labels: a dropdown too
+    raise TypeError(f"live(): cannot make a control for {name}={spec!r}. {_ACCEPTED}")
+
+
+def control_for(name: str, spec, default=_EMPTY):
+    """Turn a short description into a control, with ipywidgets' abbreviations.
+
+    bool -> Checkbox; a list (of labels, or of (label, value) pairs) or a dict -> Dropdown;
+    (min, max) or (min, max, step) of ints -> IntSlider, with a float -> FloatSlider;
+    a ready widget is used as it is. ``default`` (the function's own default) is
+    the starting value where the control can show it. A spec that cannot work
+    (a NaN, min > max, a step <= 0, a mixed tuple) raises an error naming ``name``.
     """
-    if isinstance(spec, W.ValueWidget):
-        control = spec
-    elif isinstance(spec, bool):
-        control = W.Checkbox(value=spec, indent=False)
-    elif isinstance(spec, (list, tuple)) and spec and all(isinstance(s, (str, tuple)) for s in spec) and not all(
-        isinstance(s, (int, float)) for s in spec
-    ):
-        control = W.Dropdown(options=list(spec))
-    elif isinstance(spec, tuple) and len(spec) in (2, 3) and all(isinstance(s, (int, float)) for s in spec):
-        lo, hi, *step = spec
-        if all(isinstance(s, int) for s in spec):
-            control = W.IntSlider(min=lo, max=hi, step=step[0] if step else 1, value=lo)
-        else:
-            control = W.FloatSlider(min=lo, max=hi, step=step[0] if step else (hi - lo) / 100, value=lo)
-    else:
-        raise TypeError(
-            f"live(): cannot make a control for {name}={spec!r}. Use True/False (checkbox), a list of strings "
-            "(dropdown), (min, max[, step]) numbers (slider), or pass an ipywidgets control."
-        )
+    abbrev = _abbreviation(name, spec)
+    control = W.interactive.widget_from_abbrev(abbrev, default)
+    if control is not abbrev and default is not _EMPTY:
+        try:  # ipywidgets applies a default to sliders and dropdowns, not to a checkbox
+            control.value = default
+        except Exception:  # noqa: BLE001 -- a default the control cannot show: keep the control's own
+            pass
     control.description = name
+    if isinstance(control, W.Checkbox) and control is not abbrev:
+        control.indent = False
     if isinstance(control, (W.IntSlider, W.FloatSlider)):
         control.continuous_update = False
     control.style = {"description_width": "initial"}
@@ -54,53 +107,66 @@ def control_for(name: str, spec):
     return control
 
 
-def live(fn, *, _title: str | None = None, **controls):
+def _signature(fn, name: str, controls: dict):
+    """``fn``'s signature, checked against the control names (None when Python cannot read it)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        sig.bind(**{k: None for k in controls})
+    except TypeError as err:
+        raise TypeError(f"live(): {name} cannot take these controls ({', '.join(controls) or 'none'}): {err}") from None
+    return sig
+
+
+def _shown(fn, name: str, status: W.HTML):
+    """``fn`` wrapped for the panel: shows its result (a tuple item by item) or the error it raised."""
+
+    def call(**values):
+        start = time.perf_counter()
+        try:
+            result = fn(**values)
+        except Exception as exc:  # noqa: BLE001 -- shown in the panel; the controls stay usable
+            where = ", ".join(f"{k}={v!r}" for k, v in values.items())
+            print(f"{name}({where}) raised an error; change a control to try again.", file=sys.stderr)
+            traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next, file=sys.stderr)
+            status.value = f"<small><b>error:</b> {html.escape(f'{type(exc).__name__}: {exc}')}</small>"
+            call.error = exc
+            return
+        call.error = None
+        for item in result if isinstance(result, tuple) else (result,):
+            if item is not None:
+                display(item)
+        status.value = f"<small>updated in {1000 * (time.perf_counter() - start):.0f} ms</small>"
+
+    call.error = None
+    return call
+
+
+def live(fn, **controls):
     """A panel of controls driving ``fn``: every change re-runs ``fn(**values)`` and shows its result.
 
     Keyword arguments name ``fn``'s parameters; each value is a control spec for
-    ``control_for``. Parameters of ``fn`` with defaults may be left out.
+    ``control_for``. Parameters of ``fn`` with defaults may be left out; each
+    control starts at ``fn``'s default. ``fn`` may be any callable (a
+    ``functools.partial`` too). An error raised by ``fn`` is shown in the panel.
     """
     if not callable(fn):
         raise TypeError(f"live() expects a function first, got {type(fn).__name__}.")
-    try:
-        sig = inspect.signature(fn)
-        sig.bind(**{k: None for k in controls})
-    except TypeError as err:
-        raise TypeError(f"live(): {fn.__name__} cannot take these controls ({', '.join(controls)}): {err}") from None
-    widgets = {name: control_for(name, spec) for name, spec in controls.items()}
-    for name, w in widgets.items():  # start each control at the function's own default, when it has one
-        default = sig.parameters[name].default if name in sig.parameters else inspect.Parameter.empty
-        if default is not inspect.Parameter.empty and not isinstance(controls[name], W.Widget):
-            try:
-                w.value = default
-            except Exception:  # a default the control cannot show (out of range): keep the control's own
-                pass
-    out = W.Output()
-    out.add_class("al-output")
+    name = _name(fn)
+    sig = _signature(fn, name, controls)
+    params = sig.parameters if sig is not None else {}
+    widgets = {k: control_for(k, spec, params[k].default if k in params else _EMPTY) for k, spec in controls.items()}
     status = W.HTML(value="")
     status.add_class("al-status")
-
-    def refresh(*_):
-        values = {k: w.value for k, w in widgets.items()}
-        start = time.perf_counter()
-        with out:
-            out.clear_output(wait=True)
-            result = fn(**values)
-            if isinstance(result, tuple):
-                for item in result:
-                    display(item)
-            elif result is not None:
-                display(result)
-        status.value = f"<small>updated in {1000 * (time.perf_counter() - start):.0f} ms</small>"
-
-    for w in widgets.values():
-        w.observe(refresh, names="value")
-    children = [W.HTML(f"<b>{_title}</b>")] if _title else []
-    children += [W.HBox(list(widgets.values()), layout=W.Layout(flex_flow="row wrap")), out, status]
-    panel = W.VBox(children)
+    call = _shown(fn, name, status)
+    panel = W.interactive(call, **widgets)
+    panel.out.add_class("al-output")
+    panel.children = [W.HBox(list(widgets.values()), layout=W.Layout(flex_flow="row wrap")), panel.out, status]
     panel.add_class("al-live")
     panel.controls = widgets
-    panel.output = out
-    panel.refresh = refresh
-    refresh()
+    panel.output = panel.out
+    panel.status = status
+    panel.refresh = panel.update
     return panel
