@@ -8,7 +8,8 @@ about *your* model and loss: does accumulating over ``k`` micro-batches give the
 gradient (and, with ``optimizer=``, the optimizer step) of the full batch? It
 works on deep copies, so your model, its ``.grad`` and the global random state
 are left as they were. When the two disagree it re-runs variants (other loss
-scalings, BatchNorm or dropout switched to eval mode) to name the likely cause::
+scalings, a sum divided by the items that count, BatchNorm or dropout switched
+to eval mode) to name the likely cause::
 
     report = check_accumulation(model, nn.MSELoss(), x, y, k=4)
     print(report)          # a short text report
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -40,12 +42,21 @@ __all__ = ["AccumulationReport", "check_accumulation", "draw_timeline", "timelin
 
 SCALES = ("size", "k", "none")
 _SCALE_WORDS = {"size": "multiplied by n_i / N", "k": "divided by k", "none": "not scaled"}
+# A diagnosis-only variant: each micro-batch loss summed, then divided by the full batch's count of items that count.
+_COUNTED = "counted"
 
 # Module families whose training-mode forward pass mixes or randomises samples.
 _FAMILIES = {
     "BatchNorm": (nn.modules.batchnorm._BatchNorm,),
     "dropout": (nn.modules.dropout._DropoutNd,),
 }
+
+# Tolerances. float32 and float64 models: the historical defaults of ``torch.allclose`` style checks.
+# Lower-precision models (bfloat16, float16): a few units of the dtype's rounding, relative to the size of
+# the values compared, since the full batch and the micro-batches round their sums in a different order.
+_FLOAT32_ATOL, _FLOAT32_RTOL = 1e-5, 1e-4
+_LOW_PRECISION_EPS_FACTOR = 4
+_NAMES_SHOWN = 3  # non-finite gradients named in a report line
 
 
 # --------------------------------------------------------------------------- the report
@@ -72,28 +83,39 @@ class AccumulationReport:
     optimizer: str | None = None
     params_agree: bool | None = None  # after one optimizer step; None without optimizer=
     params_max_diff: float | None = None
-    grads_full: dict = field(default_factory=dict, repr=False)
-    grads_accumulated: dict = field(default_factory=dict, repr=False)
+    not_finite: list = field(default_factory=list)  # gradients holding NaN or inf: then there is no verdict
 
     def __bool__(self):
         return self.agree
+
+    def _gradient_line(self):
+        if self.not_finite:
+            shown = "; ".join(self.not_finite[:_NAMES_SHOWN])
+            more = len(self.not_finite) - _NAMES_SHOWN
+            return f"  gradients:  NOT FINITE -- NaN or inf in {shown}" + (f" and {more} more" if more > 0 else "")
+        if self.grads_agree:
+            return "  gradients:  AGREE with the full batch (differences within float rounding)"
+        return (
+            f"  gradients:  DIFFER -- largest difference {_fmt(self.max_diff)} in '{self.worst}' "
+            f"(relative difference {_fmt(self.rel_diff)})"
+        )
+
+    def _verdict_line(self):
+        if self.not_finite:
+            return "  verdict:    none -- gradients that are not numbers cannot be compared"
+        return "  verdict:    " + ("the accumulated step IS the full-batch step" if self.agree
+                                   else "the accumulated step is NOT the full-batch step")
 
     def __str__(self):
         sizes = ", ".join(map(str, self.sizes))
         lines = [
             f"Accumulation check: k = {self.k} micro-batches of sizes ({sizes}), "
-            f"each micro-batch loss {_SCALE_WORDS[self.scale]}"
+            f"each micro-batch loss {_SCALE_WORDS[self.scale]}",
+            self._gradient_line(),
         ]
-        if self.grads_agree:
-            lines.append("  gradients:  AGREE with the full batch (differences within float rounding)")
-        else:
-            lines.append(
-                f"  gradients:  DIFFER -- largest difference {_fmt(self.max_diff)} in '{self.worst}' "
-                f"(relative difference {_fmt(self.rel_diff)})"
-            )
         if self.buffers_differ:
             lines.append(f"  buffers:    DIFFER -- {', '.join(self.buffers_differ)}")
-        if self.optimizer is not None:
+        if self.optimizer is not None and not self.not_finite:
             if self.params_agree:
                 lines.append(f"  after one {self.optimizer} step: parameters AGREE")
             else:
@@ -102,8 +124,7 @@ class AccumulationReport:
                 )
         for i, cause in enumerate(self.causes):
             lines.append(("  likely cause: " if i == 0 else "  and:          ") + cause)
-        lines.append("  verdict:    " + ("the accumulated step IS the full-batch step" if self.agree
-                                        else "the accumulated step is NOT the full-batch step"))
+        lines.append(self._verdict_line())
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -112,41 +133,65 @@ class AccumulationReport:
 # --------------------------------------------------------------------------- checking inputs
 
 
-def _check_inputs(model, loss_fn, inputs, targets, k, sizes, scale):
+def _count_argument(name, value, what):
+    """``value`` as an int: Python, numpy and one-element integer torch values pass; bool and float do not."""
+    if isinstance(value, bool) or getattr(value, "dtype", None) in (torch.bool,):
+        raise TypeError(f"{name} ({what}) must be an int, got a bool.")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} ({what}) must be an int, got {type(value).__name__} {value!r}.") from None
+
+
+def _check_callables(model, loss_fn, optimizer):
+    if isinstance(model, type):
+        raise TypeError(f"model is the class {model.__name__}, not a model: build one first, "
+                        f"e.g. model = {model.__name__}(...), and pass that.")
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+    if isinstance(loss_fn, type):
+        raise TypeError(f"loss_fn is the class {loss_fn.__name__}, not a loss: pass an instance, "
+                        f"loss_fn={loss_fn.__name__}() (with the parentheses).")
     if not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable as loss_fn(model(inputs), targets), got {type(loss_fn).__name__}.")
+    if optimizer is not None and (isinstance(optimizer, torch.optim.Optimizer) or not callable(optimizer)):
+        raise TypeError("optimizer must be a factory taking the parameters, e.g. lambda p: torch.optim.SGD(p, lr=0.1).")
+
+
+def _check_batch(model, inputs, targets):
     for name, t in (("inputs", inputs), ("targets", targets)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor holding the whole batch, got {type(t).__name__}.")
         if t.dim() == 0:
             raise ValueError(f"{name} is a 0-dimensional tensor; its first dimension must be the batch.")
-    n = inputs.shape[0]
-    if targets.shape[0] != n:
-        raise ValueError(f"inputs hold {n} samples but targets hold {targets.shape[0]}; they must match.")
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"k (the number of micro-batches) must be an int, got {type(k).__name__}.")
+        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise ValueError(f"{name} hold {bad} NaN or inf value{'s' * (bad != 1)}: the gradients would not be "
+                             "numbers, so there is nothing to compare. Clean the batch first.")
+    if targets.shape[0] != inputs.shape[0]:
+        raise ValueError(f"inputs hold {inputs.shape[0]} samples but targets hold {targets.shape[0]}; they must match.")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError("the model has no parameter that requires grad: there is no gradient to compare.")
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and not bool(torch.isfinite(p).all()):
+            raise ValueError(f"the model's parameter '{name}' holds NaN or inf: its gradients cannot be compared.")
+
+
+def _split(k, sizes, n):
+    k = _count_argument("k", k, "the number of micro-batches")
     if k < 1:
         raise ValueError(f"k = {k}: the number of micro-batches must be at least 1.")
     if k > n:
         raise ValueError(f"k = {k} micro-batches need at least {k} samples, but the batch holds {n}.")
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {', '.join(repr(s) for s in SCALES)}; got {scale!r}.")
     if sizes is None:
-        sizes = tuple(len(chunk) for chunk in torch.arange(n).tensor_split(k))
-    else:
-        try:
-            sizes = tuple(int(s) for s in sizes)
-        except (TypeError, ValueError):
-            raise TypeError(f"sizes must be a sequence of {k} ints (samples per micro-batch), got {sizes!r}.") from None
-        if len(sizes) != k or any(s < 1 for s in sizes) or sum(sizes) != n:
-            raise ValueError(
-                f"sizes {sizes} must be {k} positive ints adding up to the batch size {n}."
-            )
-    if not any(p.requires_grad for p in model.parameters()):
-        raise ValueError("the model has no parameter that requires grad: there is no gradient to compare.")
-    return sizes
+        return k, tuple(len(chunk) for chunk in torch.arange(n).tensor_split(k))
+    try:
+        sizes = tuple(_count_argument("sizes", s, "samples per micro-batch") for s in sizes)
+    except TypeError:
+        raise TypeError(f"sizes must be a sequence of {k} ints (samples per micro-batch), got {sizes!r}.") from None
+    if len(sizes) != k or any(s < 1 for s in sizes) or sum(sizes) != n:
+        raise ValueError(f"sizes {sizes} must be {k} positive ints adding up to the batch size {n}.")
+    return k, sizes
 
 
 def _scalar_loss(loss):
@@ -162,24 +207,105 @@ def _scalar_loss(loss):
     return loss.reshape(())
 
 
+# --------------------------------------------------------------------------- tolerances
+
+
+@dataclass(frozen=True)
+class _Tolerance:
+    """How close counts as equal. ``scaled``: ``atol`` is relative to the largest reference value."""
+
+    atol: float
+    rtol: float
+    scaled: bool = False
+
+    @classmethod
+    def for_model(cls, model, atol, rtol):
+        """The given tolerances, or defaults that follow the precision of the model's parameters."""
+        dtypes = [p.dtype for p in model.parameters() if p.is_floating_point()]
+        eps = max((torch.finfo(d).eps for d in dtypes), default=0.0)
+        if eps <= torch.finfo(torch.float32).eps:
+            return cls(_FLOAT32_ATOL if atol is None else atol, _FLOAT32_RTOL if rtol is None else rtol)
+        rounding = _LOW_PRECISION_EPS_FACTOR * eps
+        return cls(rounding if atol is None else atol, rounding if rtol is None else rtol, scaled=atol is None)
+
+    def all_close(self, values, reference):
+        """Do two dicts of tensors (same keys) agree entry by entry?"""
+        scale = max((float(r.detach().abs().max()) for r in reference.values() if r.numel()), default=0.0)
+        atol = self.atol * scale if self.scaled else self.atol
+        return all(torch.allclose(values[n].double(), reference[n].double(), atol=atol, rtol=self.rtol)
+                   for n in reference)
+
+    def buffers_differ(self, values, reference):
+        out = []
+        for n, y in reference.items():
+            x = values[n]
+            same = self.all_close({n: x}, {n: y}) if x.is_floating_point() else torch.equal(x, y)
+            if not same:
+                out.append(f"{n} (full batch {y.item()}, accumulated {x.item()})"
+                           if x.numel() == 1 and not x.is_floating_point() else n)
+        return out
+
+
 # --------------------------------------------------------------------------- running both steps
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What every run of one check shares: the learner's objects and the random seed."""
+
+    model: nn.Module
+    loss_fn: object
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    make_optimizer: object
+    seed: int
+    devices: tuple
+
+
+@dataclass(frozen=True)
+class _Variant:
+    """One way to run the batch: its split, each micro-batch loss's weight, the families put in eval mode."""
+
+    sizes: tuple
+    weights: tuple
+    eval_families: tuple = ()
+    summed_loss: bool = False  # the loss with reduction='sum' (the fix for losses over items that count)
+
+
+@dataclass
+class _Outcome:
+    """What one run leaves behind."""
+
+    grads: dict
+    buffers: dict
+    params: dict | None  # after one optimizer step; None without an optimizer
+    optimizer: str | None
+
+
+@dataclass
+class _Comparison:
+    full: _Outcome
+    accumulated: _Outcome
+
+    def agree(self, tol: _Tolerance) -> bool:
+        a, f = self.accumulated, self.full
+        if _not_finite(a.grads, "") or _not_finite(f.grads, ""):
+            return False
+        ok = tol.all_close(a.grads, f.grads) and not tol.buffers_differ(a.buffers, f.buffers)
+        return ok and (f.params is None or tol.all_close(a.params, f.params))
 
 
 def _devices(model, inputs):
     devs = {t.device for t in itertools.chain(model.parameters(), model.buffers(), [inputs])}
-    return [d.index if d.index is not None else torch.cuda.current_device() for d in devs if d.type == "cuda"]
+    return tuple(d.index if d.index is not None else torch.cuda.current_device() for d in devs if d.type == "cuda")
 
 
 def _weights(scale, sizes):
     n = sum(sizes)
-    return [s / n if scale == "size" else 1 / len(sizes) if scale == "k" else 1.0 for s in sizes]
+    return tuple(s / n if scale == "size" else 1 / len(sizes) if scale == "k" else 1.0 for s in sizes)
 
 
-def _run(model, loss_fn, inputs, targets, sizes, weights, eval_families, make_optimizer, seed, devices):
-    """Backward every micro-batch of ``sizes`` with its weight on a copy of ``model``.
-
-    Returns (gradients, buffers, parameters after one optimizer step or None, optimizer name or None).
-    """
+def _prepared_copy(model, eval_families):
     m = copy.deepcopy(model)
     for p in m.parameters():
         p.grad = None
@@ -187,47 +313,120 @@ def _run(model, loss_fn, inputs, targets, sizes, weights, eval_families, make_op
         for mod in m.modules():
             if isinstance(mod, _FAMILIES[fam]):
                 mod.eval()
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        for x, y, w in zip(inputs.split(list(sizes)), targets.split(list(sizes)), weights):
-            loss = _scalar_loss(loss_fn(m(x), y))
-            (loss * w).backward()
-    names = [name for name, p in m.named_parameters() if p.requires_grad]
-    params = dict(m.named_parameters())
-    grads = {n: (params[n].grad.detach().clone() if params[n].grad is not None else torch.zeros_like(params[n]))
-             for n in names}
+    return m
+
+
+def _single_sample_batchnorm(model, sizes, err):
+    if min(sizes) > 1 or not any(isinstance(m, _FAMILIES["BatchNorm"]) and m.training for m in model.modules()):
+        return err
+    return ValueError(
+        f"micro-batches of 1 sample ({sizes.count(1)} of the {len(sizes)}) cannot go through BatchNorm in training "
+        "mode: it normalises each feature over the micro-batch, and a single sample has no spread (torch says: "
+        f"{str(err).splitlines()[0] if str(err) else type(err).__name__}). This is BatchNorm's accumulation pitfall "
+        "at its extreme: use fewer micro-batches than samples, a per-sample normalisation (LayerNorm, GroupNorm), "
+        "or BatchNorm in eval mode."
+    )
+
+
+def _backward_micro_batches(m, setup: _Setup, variant: _Variant):
+    loss_fn = setup.loss_fn
+    if variant.summed_loss:
+        loss_fn = copy.deepcopy(loss_fn)
+        loss_fn.reduction = "sum"
+    sizes = list(variant.sizes)
+    with torch.random.fork_rng(devices=list(setup.devices)):
+        torch.manual_seed(setup.seed)
+        for x, y, w in zip(setup.inputs.split(sizes), setup.targets.split(sizes), variant.weights):
+            try:
+                out = m(x)
+            except (RuntimeError, ValueError) as err:
+                raise _single_sample_batchnorm(m, variant.sizes, err) from err
+            (_scalar_loss(loss_fn(out, y)) * w).backward()
+
+
+def _optimizer_step(params, make_optimizer):
+    opt = make_optimizer(list(params.values()))
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise TypeError(f"optimizer(params) must return a torch.optim.Optimizer, got {type(opt).__name__}.")
+    opt.step()
+    return {n: p.detach().clone() for n, p in params.items()}, type(opt).__name__
+
+
+def _run(setup: _Setup, variant: _Variant) -> _Outcome:
+    """Backward every micro-batch of ``variant`` with its weight on a copy of the model; then one optimizer step."""
+    m = _prepared_copy(setup.model, variant.eval_families)
+    _backward_micro_batches(m, setup, variant)
+    params = {n: p for n, p in m.named_parameters() if p.requires_grad}
+    grads = {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for n, p in params.items()}
     buffers = {n: b.detach().clone() for n, b in m.named_buffers()}
-    stepped = opt_name = None
-    if make_optimizer is not None:
-        opt = make_optimizer([params[n] for n in names])
-        if not isinstance(opt, torch.optim.Optimizer):
-            raise TypeError(f"optimizer(params) must return a torch.optim.Optimizer, got {type(opt).__name__}.")
-        opt.step()
-        stepped = {n: params[n].detach().clone() for n in names}
-        opt_name = type(opt).__name__
-    return grads, buffers, stepped, opt_name
+    if setup.make_optimizer is None:
+        return _Outcome(grads, buffers, None, None)
+    stepped, name = _optimizer_step(params, setup.make_optimizer)
+    return _Outcome(grads, buffers, stepped, name)
 
 
-def _close(a, b, atol, rtol):
-    return all(torch.allclose(a[n].float(), b[n].float(), atol=atol, rtol=rtol) for n in a)
+def _items_that_count(loss_fn, targets):
+    """Per-item weights of a class-index loss that averages over the items that count (class weights,
+    ``ignore_index``), or None when the loss is a plain mean over its items."""
+    if not isinstance(loss_fn, (nn.CrossEntropyLoss, nn.NLLLoss)) or loss_fn.reduction != "mean":
+        return None
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+        return None
+    keep = targets != loss_fn.ignore_index
+    if loss_fn.weight is None:
+        per_item = keep.to(torch.float64)
+        return None if bool(keep.all()) else per_item
+    try:
+        w = loss_fn.weight.detach().to(torch.float64).cpu()[targets.where(keep, 0).cpu()]
+    except (IndexError, RuntimeError):  # targets out of range: the loss itself will say so
+        return None
+    per_item = torch.where(keep.cpu(), w, torch.zeros_like(w))
+    return per_item if float(per_item.sum()) > 0 else None
 
 
-def _buffers_differ(a, b, atol, rtol):
-    out = []
-    for n in a:
-        x, y = a[n], b[n]
-        if x.is_floating_point():
-            same = torch.allclose(x, y, atol=atol, rtol=rtol)
-        else:
-            same = torch.equal(x, y)
-        if not same:
-            out.append(f"{n} (full batch {y.item()}, accumulated {x.item()})"
-                       if x.numel() == 1 and not x.is_floating_point() else n)
-    return out
+def _compare(setup: _Setup, sizes, scale, families=()) -> _Comparison:
+    n = sum(sizes)
+    if scale == _COUNTED:
+        total = float(_items_that_count(setup.loss_fn, setup.targets).sum())
+        full = _Variant((n,), (1 / total,), families, summed_loss=True)
+        accumulated = _Variant(sizes, (1 / total,) * len(sizes), families, summed_loss=True)
+    else:
+        full = _Variant((n,), (1.0,), families)
+        accumulated = _Variant(sizes, _weights(scale, sizes), families)
+    return _Comparison(_run(setup, full), _run(setup, accumulated))
+
+
+# --------------------------------------------------------------------------- measuring the differences
+
+
+def _not_finite(grads, side):
+    return [f"'{n}'" + (f" ({side})" if side else "") for n, g in grads.items()
+            if (g.is_floating_point() or g.is_complex()) and not bool(torch.isfinite(g).all())]
 
 
 def _flat(grads):
-    return torch.cat([g.detach().float().reshape(-1).cpu() for g in grads.values()])
+    return torch.cat([g.detach().double().reshape(-1).cpu() for g in grads.values()])
+
+
+@dataclass(frozen=True)
+class _Differences:
+    max_diff: float
+    worst: str
+    rel_diff: float
+    ratio: float  # the accumulated gradient projected on the full one, as a multiple of it
+
+
+def _differences(accumulated, full) -> _Differences:
+    diffs = {name: float((accumulated[name].double() - full[name].double()).abs().max()) for name in full}
+    worst = max(diffs, key=diffs.get)
+    fa, ff = _flat(accumulated), _flat(full)
+    denom = float(ff.norm())
+    rel = float((fa - ff).norm()) / denom if denom > 0 else float("inf") if float(fa.norm()) > 0 else 0.0
+    ratio = float(fa @ ff) / float(ff @ ff) if denom > 0 else float("nan")
+    return _Differences(diffs[worst], worst, rel, ratio)
+
+
+# --------------------------------------------------------------------------- naming the cause
 
 
 def _scale_cause(scale, fixed_by, sizes, ratio):
@@ -254,6 +453,23 @@ def _scale_cause(scale, fixed_by, sizes, ratio):
     return f"loss scaling: scale={fixed_by!r} instead of {scale!r} makes the micro-batch gradients add up right"
 
 
+def _counted_cause(loss_fn, targets, sizes):
+    per_item = _items_that_count(loss_fn, targets)
+    what = []
+    if loss_fn.weight is not None:
+        what.append("class weights")
+    if bool((targets == loss_fn.ignore_index).any()):
+        what.append(f"targets equal to ignore_index = {loss_fn.ignore_index} are skipped")
+    counts = [float(c.sum()) for c in per_item.split(list(sizes))]
+    return (
+        f"a loss averaged over the items that count ({' and '.join(what)}): each micro-batch's mean divides by "
+        f"its own count ({', '.join(_fmt(c) for c in counts)}), not by its number of samples, so a share of the "
+        "samples (n_i / N) or 1 / k weighs the items unequally. As in notebook 04: compute each micro-batch loss "
+        "with reduction='sum' and divide it by the full batch's count, found before the loop "
+        f"({_fmt(sum(counts))} here; num_items_in_batch in Hugging Face transformers)"
+    )
+
+
 _FAMILY_CAUSE = {
     "BatchNorm": (
         "BatchNorm (batch statistics): in training mode each micro-batch is normalised with its own mean and "
@@ -264,6 +480,42 @@ _FAMILY_CAUSE = {
         "(the random numbers are consumed in another order)"
     ),
 }
+
+_NOT_FINITE_CAUSE = (
+    "the loss or the model gives NaN or inf on this batch (a log of 0, a division by zero, an overflow in low "
+    "precision, ...): fix that first; accumulation cannot be judged on values that are not numbers"
+)
+
+_MIXING_CAUSE = (
+    "something in the model or loss mixes the samples of a batch (a loss normalised by a batch statistic, "
+    "a contrastive loss, a module that keeps state) or is random in a way this check cannot switch off"
+)
+
+
+def _diagnose(setup: _Setup, sizes, scale, tol, ratio, grads_agree, buffers_differ):
+    """Find the smallest change (loss scaling, families in eval mode) that makes both sides agree."""
+    present = [fam for fam, types in _FAMILIES.items()
+               if any(isinstance(m, types) and m.training for m in setup.model.modules())]
+    counted = [_COUNTED] if _items_that_count(setup.loss_fn, setup.targets) is not None else []
+    scales = [scale] + counted + [s for s in SCALES if s != scale]
+    if grads_agree:  # only buffers or the optimizer step differ: scaling is not the question
+        scales = [scale]
+    for r in range(len(present) + 1):
+        for families in itertools.combinations(present, r):
+            for s in scales:
+                if (families or s != scale) and _compare(setup, sizes, s, families).agree(tol):
+                    causes = [_FAMILY_CAUSE[f] for f in families]
+                    if s == _COUNTED:
+                        causes.append(_counted_cause(setup.loss_fn, setup.targets, sizes))
+                    elif s != scale:
+                        causes.append(_scale_cause(scale, s, sizes, ratio))
+                    return causes
+    if grads_agree and not buffers_differ:
+        return [
+            "the optimizer: the summed gradient is right, but the step differs (an optimizer whose step depends "
+            "on more than the gradient at that moment, or on its own state)"
+        ]
+    return [_FAMILY_CAUSE[f] for f in present] + [_MIXING_CAUSE]
 
 
 def check_accumulation(
@@ -276,102 +528,72 @@ def check_accumulation(
     sizes=None,
     scale: str = "size",
     optimizer=None,
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
+    atol: float | None = None,
+    rtol: float | None = None,
     seed: int = 0,
 ) -> AccumulationReport:
     """Compare one full-batch step with one step accumulated over ``k`` micro-batches.
 
-    model, loss_fn: yours; the loss is ``loss_fn(model(x), y)`` and must be a scalar.
-    inputs, targets: the whole batch (first dimension = samples).
-    k: the number of micro-batches; by default the batch is cut into k nearly equal
-        consecutive parts (``sizes=`` sets the parts, e.g. ``sizes=(7, 3)`` with k = 2).
+    model, loss_fn: yours (an instance such as ``nn.MSELoss()``); the loss is ``loss_fn(model(x), y)``
+        and must be a scalar.
+    inputs, targets: the whole batch (first dimension = samples); NaN or inf in them is an error.
+    k: the number of micro-batches (any integer: Python, numpy or a one-element integer tensor); by default
+        the batch is cut into k nearly equal consecutive parts (``sizes=`` sets the parts, e.g.
+        ``sizes=(7, 3)`` with k = 2).
     scale: how each micro-batch loss is scaled before ``backward()``: "size" (times n_i / N),
         "k" (divided by k) or "none".
     optimizer: optionally a factory such as ``lambda params: torch.optim.Adam(params, lr=1e-3)``;
         then one step is taken from the same state on both sides and the parameters compared too.
-    atol, rtol: how close counts as equal (``torch.allclose``).
+    atol, rtol: how close counts as equal (``torch.allclose``). By default 1e-5 and 1e-4 for float32 and
+        float64 models; for bfloat16 and float16 models a few units of the dtype's rounding, relative to
+        the size of the gradients.
     seed: both runs start from this random seed (dropout then draws reproducibly); your
         global random state is restored afterwards.
 
     Works on deep copies: your model and its ``.grad`` are not touched. Raises TypeError or
-    ValueError for bad input (k < 1, k larger than the batch, a loss that is not a scalar, ...).
+    ValueError for bad input (k < 1, k larger than the batch, a loss that is not a scalar, a loss
+    class instead of an instance, ...). Gradients that come out NaN or inf give a report with no verdict.
     """
-    sizes = _check_inputs(model, loss_fn, inputs, targets, k, sizes, scale)
-    if optimizer is not None and not callable(optimizer):
-        raise TypeError("optimizer must be a factory taking the parameters, e.g. lambda p: torch.optim.SGD(p, lr=0.1).")
-    devices = _devices(model, inputs)
-    n = inputs.shape[0]
-
-    def run(split, weights, families=()):
-        return _run(model, loss_fn, inputs, targets, split, weights, families, optimizer, seed, devices)
-
-    def compare(families=(), scale_=scale):
-        full = run((n,), [1.0], families)
-        acc = run(sizes, _weights(scale_, sizes), families)
-        return full, acc
-
-    full, acc = compare()
-    (g_full, b_full, p_full, opt_name), (g_acc, b_acc, p_acc, _) = full, acc
-    grads_agree = _close(g_acc, g_full, atol, rtol)
-    buffers_differ = _buffers_differ(b_acc, b_full, atol, rtol)
-    params_agree = params_max = None
-    if optimizer is not None:
-        params_agree = _close(p_acc, p_full, atol, rtol)
-        params_max = max(float((p_acc[n_] - p_full[n_]).abs().max()) for n_ in p_full)
-    diffs = {name: float((g_acc[name].float() - g_full[name].float()).abs().max()) for name in g_full}
-    worst = max(diffs, key=diffs.get)
-    fa, ff = _flat(g_acc), _flat(g_full)
-    denom = float(ff.norm())
-    rel = float((fa - ff).norm()) / denom if denom > 0 else float("inf") if float(fa.norm()) > 0 else 0.0
-    ratio = float(fa @ ff) / float(ff @ ff) if denom > 0 else float("nan")
-    agree = grads_agree and not buffers_differ and params_agree is not False
-
-    causes = []
-    if not agree:
-        causes = _diagnose(model, sizes, scale, compare, atol, rtol, ratio, grads_agree, buffers_differ)
-    return AccumulationReport(
-        agree=agree, k=k, sizes=sizes, scale=scale, max_diff=diffs[worst], worst=worst, rel_diff=rel,
-        grads_agree=grads_agree, causes=causes, buffers_differ=buffers_differ, optimizer=opt_name,
-        params_agree=params_agree, params_max_diff=params_max, grads_full=g_full, grads_accumulated=g_acc,
+    _check_callables(model, loss_fn, optimizer)
+    _check_batch(model, inputs, targets)
+    k, sizes = _split(k, sizes, inputs.shape[0])
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(repr(s) for s in SCALES)}; got {scale!r}.")
+    setup = _Setup(model, loss_fn, inputs, targets, optimizer, seed, _devices(model, inputs))
+    tol = _Tolerance.for_model(model, atol, rtol)
+    first = _compare(setup, sizes, scale)
+    full, acc = first.full, first.accumulated
+    d = _differences(acc.grads, full.grads)
+    report = AccumulationReport(
+        agree=False, k=k, sizes=sizes, scale=scale, max_diff=d.max_diff, worst=d.worst, rel_diff=d.rel_diff,
+        grads_agree=False, optimizer=full.optimizer,
+        not_finite=_not_finite(full.grads, "full batch") + _not_finite(acc.grads, "accumulated"),
     )
-
-
-def _diagnose(model, sizes, scale, compare, atol, rtol, ratio, grads_agree, buffers_differ):
-    """Find the smallest change (loss scaling, families in eval mode) that makes both sides agree."""
-    present = [fam for fam, types in _FAMILIES.items()
-               if any(isinstance(m, types) and m.training for m in model.modules())]
-    scales = [scale] + [s for s in SCALES if s != scale]
-    if grads_agree:  # only buffers or the optimizer step differ: scaling is not the question
-        scales = [scale]
-    for r in range(len(present) + 1):
-        for families in itertools.combinations(present, r):
-            for s in scales:
-                if not families and s == scale:
-                    continue
-                (g_full, b_full, p_full, _), (g_acc, b_acc, p_acc, _) = compare(families, s)
-                ok = _close(g_acc, g_full, atol, rtol) and not _buffers_differ(b_acc, b_full, atol, rtol)
-                if p_full is not None:
-                    ok = ok and _close(p_acc, p_full, atol, rtol)
-                if ok:
-                    causes = [_FAMILY_CAUSE[f] for f in families]
-                    if s != scale:
-                        causes.append(_scale_cause(scale, s, sizes, ratio))
-                    return causes
-    if grads_agree and not buffers_differ:
-        return [
-            "the optimizer: the summed gradient is right, but the step differs (an optimizer whose step depends "
-            "on more than the gradient at that moment, or on its own state)"
-        ]
-    causes = [_FAMILY_CAUSE[f] for f in present]
-    causes.append(
-        "something in the model or loss mixes the samples of a batch (a loss normalised by a batch statistic, "
-        "a contrastive loss, a module that keeps state) or is random in a way this check cannot switch off"
-    )
-    return causes
+    if report.not_finite:
+        report.causes = [_NOT_FINITE_CAUSE]
+        return report
+    report.grads_agree = tol.all_close(acc.grads, full.grads)
+    report.buffers_differ = tol.buffers_differ(acc.buffers, full.buffers)
+    if full.params is not None:
+        report.params_agree = tol.all_close(acc.params, full.params)
+        report.params_max_diff = max(float((acc.params[n] - full.params[n]).abs().max()) for n in full.params)
+    report.agree = report.grads_agree and not report.buffers_differ and report.params_agree is not False
+    if not report.agree:
+        report.causes = _diagnose(setup, sizes, scale, tol, d.ratio, report.grads_agree, report.buffers_differ)
+    return report
 
 
 # --------------------------------------------------------------------------- the timeline
+
+# The drawing, in data units along x (one micro-batch per unit) and y (a box is 1 high).
+_FIGSIZE_INCHES, _DPI = (7, 1.9), 80
+_MARGINS = dict(left=0.02, right=0.74, bottom=0.3, top=0.8)  # the right quarter holds the legend
+_BOX_WIDTH = 0.9  # a gap of 0.1 between neighbouring boxes
+_BOX_CENTRE = _BOX_WIDTH / 2
+_STEP_MARK_Y = 1.2  # the step triangles sit above the boxes
+_MAX_NUMBERED_UPDATES = 12  # beyond this, the numbers inside the groups would crowd
+_PALETTE_SIZE = 10  # tab10 colours, reused cyclically
+_LEFT_COLOUR = "#b02a37"  # the course's "wrong" red, for micro-batches left in .grad
 
 
 def _check_groups(groups, n):
@@ -412,6 +634,11 @@ def timeline_text(groups, n: int) -> str:
     return "".join(row) + "\n" + "".join(marks).rstrip()
 
 
+def _tick_step(n):
+    """Label every micro-batch up to 15 of them, every 5th up to 60, else every 10th."""
+    return 1 if n <= 15 else 5 if n <= 60 else 10
+
+
 def draw_timeline(groups, n: int, *, title: str | None = None, ax=None):
     """Draw which micro-batches fed each optimizer step, and which were left in ``.grad``.
 
@@ -427,34 +654,34 @@ def draw_timeline(groups, n: int, *, title: str | None = None, ax=None):
     groups, left = _check_groups(groups, n)
     own = ax is None
     if own:
-        fig, ax = plt.subplots(figsize=(7, 1.9), dpi=80)
-        fig.subplots_adjust(left=0.02, right=0.74, bottom=0.3, top=0.8)
+        fig, ax = plt.subplots(figsize=_FIGSIZE_INCHES, dpi=_DPI)
+        fig.subplots_adjust(**_MARGINS)
     else:
         fig = ax.figure
     colours = plt.get_cmap("tab10")
     xs = [i for g in groups for i in g]
-    cs = [colours(u % 10) for u, g in enumerate(groups) for _ in g]
+    cs = [colours(u % _PALETTE_SIZE) for u, g in enumerate(groups) for _ in g]
     if xs:
-        ax.bar(xs, 1, width=0.9, align="edge", color=cs, alpha=0.85)
+        ax.bar(xs, 1, width=_BOX_WIDTH, align="edge", color=cs, alpha=0.85)
     ends = [max(g) for g in groups if g]
-    ax.plot([e + 0.45 for e in ends], [1.2] * len(ends), "v", color="black", markersize=7)
-    if len(groups) <= 12:
+    ax.plot([e + _BOX_CENTRE for e in ends], [_STEP_MARK_Y] * len(ends), "v", color="black", markersize=7)
+    if len(groups) <= _MAX_NUMBERED_UPDATES:
         for u, g in enumerate(groups):
             if g:
-                ax.text((min(g) + max(g) + 0.9) / 2, 0.5, str(u + 1), ha="center", va="center", fontsize=11,
+                ax.text((min(g) + max(g) + _BOX_WIDTH) / 2, 0.5, str(u + 1), ha="center", va="center", fontsize=11,
                         color="black", fontweight="bold")
     if left:
-        ax.bar(left, 1, width=0.9, align="edge", facecolor="white", edgecolor="#b02a37", hatch="///")
+        ax.bar(left, 1, width=_BOX_WIDTH, align="edge", facecolor="white", edgecolor=_LEFT_COLOUR, hatch="///")
     handles = [Line2D([], [], marker="v", color="black", linestyle="none", label="optimizer.step()")]
     if left:
-        handles.append(Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="#b02a37", hatch="///",
+        handles.append(Rectangle((0, 0), 1, 1, facecolor="white", edgecolor=_LEFT_COLOUR, hatch="///",
                                  label="left in .grad"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.05), fontsize=9, frameon=False)
     ax.set_xlim(-0.3, n + 0.2)
-    ax.set_ylim(-0.05, 1.45)
+    ax.set_ylim(-0.05, _STEP_MARK_Y + 0.25)
     ax.set_yticks([])
-    step = 1 if n <= 15 else 5 if n <= 60 else 10
-    ax.set_xticks([i + 0.45 for i in range(0, n, step)], [str(i) for i in range(0, n, step)])
+    step = _tick_step(n)
+    ax.set_xticks([i + _BOX_CENTRE for i in range(0, n, step)], [str(i) for i in range(0, n, step)])
     ax.set_xlabel("micro-batch index i (colour and number: the update it fed)")
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
