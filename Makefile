@@ -22,7 +22,7 @@ LEARNER := $(VENV)/.installed-learner
 TESTER  := $(VENV)/.installed-test
 PIP     := $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
 
-.PHONY: lab test test-fast test-browser test-pythons notebooks setup setup-test graphviz bench lock clean help \
+.PHONY: chromium lab test test-fast test-browser test-pythons notebooks setup setup-test graphviz bench lock clean help \
         student handouts python-check
 
 help:
@@ -65,14 +65,17 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 lab: setup
 	$(BIN)/jupyter lab --port $(PORT) $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_start_here.ipynb
 
-test: setup-test
+chromium:
+	@$(PY) tools/ensure_chromium.py
+
+test: setup-test chromium
 	$(PY) -m pytest -m "not browser" -n $(JOBS) --dist loadscope tests notebooks
 	$(PY) -m pytest -m browser tests
 
 test-fast: setup-test
 	$(PY) -m pytest -m "not browser" -n $(JOBS) tests
 
-test-browser: setup-test
+test-browser: setup-test chromium
 	$(PY) -m pytest -m browser tests
 
 notebooks: setup-test
