@@ -257,8 +257,8 @@ def test_check_grad_right(answer):
     "answer, hint",
     [
         (10, "what one backward call gives"),
-        (21, "comes from the loss value"),
-        (42, "comes from the loss value"),
+        (21, "that is the loss value"),
+        (42, "sums the loss values"),
         (0, "nothing resets .grad here"),
         (7, "Work out d(loss)/dw for `loss = w ** 2 + 4 * w` at w = 3"),
     ],
@@ -306,7 +306,7 @@ _SHARED = (torch.rand(3) * 0.01).requires_grad_()
         (lambda: torch.rand(3, requires_grad=True), "should stay small"),
         (lambda: (torch.rand(4) * 0.01).requires_grad_(), "shape (3,)"),
         (lambda: 1 / 0, "raised ZeroDivisionError"),
-        (lambda: _SHARED, "fresh tensor on each call"),
+        (lambda: _SHARED, "same tensor object on every call"),
     ],
 )
 def test_check_make_weight_wrong_answers_get_their_hint(fn, hint):
