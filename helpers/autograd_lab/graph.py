@@ -5,23 +5,26 @@ conventions (backward nodes grey, leaves that receive ``.grad`` blue, saved
 tensors orange, the output green) and adds what a learner needs to read a graph:
 parameter names, leaf values, each leaf's ``.grad`` once backward has run.
 
-Node names are given in order of appearance (``n0``, ``n1``, ...) instead of
+Everything here renders the one walk of :mod:`autograd_lab.graphmodel`. Node
+names are given in order of appearance (``n0``, ``n1``, ...) instead of
 torchviz's ``id()``-based names, so the same graph gives the same SVG bytes in any
-process, and nbval can compare graphs like any other output.
+process, and nbval can compare graphs like any other output. A graph too big for
+Graphviz to lay out quickly is folded or summarised first (:mod:`autograd_lab.bounded`),
+and ``dot`` itself runs under a time limit.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import graphviz
 import torch
 
-# torchviz's own constants and names: we draw with its conventions.
-SAVED_PREFIX = "_saved_"
+from . import bounded
+from .bounded import DOT_TIMEOUT_S, GraphTooSlow, GraphvizMissing, install_hint, run_dot
+from .graphmodel import Graph, check_tensor, node_name, output_names, title, walk
+
 COLOURS = {
     "op": "lightgrey",  # a backward node (grad_fn)
     "leaf": "lightblue",  # a leaf that receives .grad (AccumulateGrad)
@@ -31,64 +34,19 @@ COLOURS = {
     "nograd": "white",  # a tensor that records no graph
 }
 FONT = "Helvetica"
+DIRECTIONS = ("BT", "TB", "LR", "RL")
 
 __all__ = [
     "AutogradGraph",
+    "GraphTooSlow",
     "GraphvizMissing",
     "chain",
     "draw_graph",
+    "draw_model",
     "graph_nodes",
     "install_hint",
     "node_name",
 ]
-
-
-class GraphvizMissing(RuntimeError):
-    """Raised when a graph must be rendered and the Graphviz ``dot`` program is absent."""
-
-
-def install_hint() -> str:
-    """The commands that install Graphviz's ``dot``, the current platform first."""
-    commands = {
-        "Debian/Ubuntu": "sudo apt-get install graphviz",
-        "macOS (Homebrew)": "brew install graphviz",
-        "Windows": "winget install graphviz   (or: choco install graphviz), then reopen the terminal",
-        "conda": "conda install -c conda-forge graphviz",
-    }
-    first = {"linux": "Debian/Ubuntu", "darwin": "macOS (Homebrew)", "win32": "Windows"}.get(sys.platform)
-    if "CONDA_PREFIX" in __import__("os").environ:
-        first = "conda"
-    order = ([first] if first else []) + [k for k in commands if k != first]
-    lines = [f"  {name:<17} {commands[name]}" for name in order]
-    return (
-        "Graphviz's `dot` program was not found on PATH, so this graph cannot be drawn.\n"
-        "Install it, then restart the kernel:\n" + "\n".join(lines)
-    )
-
-
-def node_name(fn) -> str:
-    """The class name of a backward node, e.g. ``MulBackward0``; ``None`` for a missing input."""
-    return "None" if fn is None else type(fn).__name__
-
-
-def _check_tensor(value, what="draw_graph"):
-    if isinstance(value, torch.Tensor):
-        return
-    raise TypeError(
-        f"{what} expects a torch.Tensor (for example a loss), got {type(value).__name__}. "
-        "Pass the tensor whose graph you want to see, e.g. draw_graph(loss)."
-    )
-
-
-def _roots(tensors):
-    if isinstance(tensors, torch.Tensor):
-        return [tensors]
-    if isinstance(tensors, (list, tuple)) and tensors:
-        for t in tensors:
-            _check_tensor(t)
-        return list(tensors)
-    _check_tensor(tensors)
-    return []  # not reached
 
 
 def graph_nodes(tensors) -> list:
@@ -97,45 +55,7 @@ def graph_nodes(tensors) -> list:
     Depth-first along ``grad_fn.next_functions``, inputs in order: the order the
     drawing and the text chain use. ``AccumulateGrad`` nodes are included.
     """
-    seen: dict[int, object] = {}
-    order = []
-    stack = [t.grad_fn for t in reversed(_roots(tensors)) if t.grad_fn is not None]
-    while stack:
-        fn = stack.pop()
-        if id(fn) in seen:
-            continue
-        seen[id(fn)] = fn
-        order.append(fn)
-        for child, _ in reversed(fn.next_functions):
-            if child is not None and id(child) not in seen:
-                stack.append(child)
-    return order
-
-
-def _param_names(params) -> dict[int, str]:
-    if params is None:
-        return {}
-    if isinstance(params, torch.nn.Module):
-        items = params.named_parameters()
-    elif isinstance(params, Mapping):
-        items = params.items()
-    elif isinstance(params, Iterable):
-        items = params
-    else:
-        raise TypeError(
-            "params must be a dict {name: tensor}, an nn.Module, or (name, tensor) pairs; "
-            f"got {type(params).__name__}."
-        )
-    names = {}
-    for pair in items:
-        try:
-            name, tensor = pair
-        except (TypeError, ValueError):
-            raise TypeError(f"params must hold (name, tensor) pairs; got {pair!r}.") from None
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"params[{name!r}] must be a tensor, got {type(tensor).__name__}.")
-        names[id(tensor)] = str(name)
-    return names
+    return [node.fn for node in walk(tensors, what="graph_nodes").nodes]
 
 
 def _fmt_number(x: float) -> str:
@@ -143,7 +63,7 @@ def _fmt_number(x: float) -> str:
     return text if any(c in text for c in ".enia") else text + "."
 
 
-def format_tensor(t: torch.Tensor, max_values: int = 6) -> str:
+def format_tensor(t, max_values: int = 6) -> str:
     """A short, stable text for a tensor: its value when small, else its shape."""
     t = t.detach()
     if t.numel() == 0 or t.numel() > max_values or t.is_complex():
@@ -155,24 +75,6 @@ def format_tensor(t: torch.Tensor, max_values: int = 6) -> str:
     return f"[{body}]" if t.dim() == 1 else f"[{body}] shape ({', '.join(str(s) for s in t.shape)})"
 
 
-def _saved_tensors(fn):
-    """(name, tensor) for every tensor a backward node saved, in a stable order."""
-    out = []
-    for attr in sorted(dir(fn)):
-        if not attr.startswith(SAVED_PREFIX):
-            continue
-        try:
-            value = getattr(fn, attr)
-        except RuntimeError:  # freed by an earlier backward
-            continue
-        name = attr[len(SAVED_PREFIX):]
-        if isinstance(value, torch.Tensor):
-            out.append((name, value))
-        elif isinstance(value, tuple):
-            out.extend((f"{name}[{i}]", v) for i, v in enumerate(value) if isinstance(v, torch.Tensor))
-    return out
-
-
 _SVG_COMMENT = re.compile(r"<!--.*?-->\n?", re.S)
 
 
@@ -181,23 +83,27 @@ class AutogradGraph(graphviz.Digraph):
 
     ``text`` holds the graph's structure (its labels and edges): the part of a
     graph that is the same under every Graphviz release, and what nbval compares.
+    ``summary_only`` marks a graph too big to lay out: it shows as text only.
     """
 
     text: str = ""
+    summary_only: bool = False
 
     def svg(self) -> str:
-        """The SVG, without the comments in which Graphviz writes its version."""
-        try:
-            raw = self.pipe(format="svg", encoding="utf-8")
-        except graphviz.ExecutableNotFound:
-            raise GraphvizMissing(install_hint()) from None
-        return _SVG_COMMENT.sub("", raw)
+        """The SVG, without the comments in which Graphviz writes its version (``dot`` runs time-bounded)."""
+        if self.summary_only:
+            raise GraphTooSlow(self.text)
+        return _SVG_COMMENT.sub("", run_dot(self.source, DOT_TIMEOUT_S))
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        if shutil.which("dot") is None:
-            message = install_hint() + "\n\nThe same graph as text:\n" + self.text
-            return {"text/plain": message}
-        return {"image/svg+xml": self.svg(), "text/plain": self.text}
+        if self.summary_only:
+            return {"text/plain": self.text}
+        try:
+            return {"image/svg+xml": self.svg(), "text/plain": self.text}
+        except GraphvizMissing as err:
+            return {"text/plain": f"{err}\n\nThe same graph as text:\n{self.text}"}
+        except GraphTooSlow as err:
+            return {"text/plain": f"{err}\n\nThe same graph as text:\n{self.text}"}
 
     def __repr__(self) -> str:
         return self.text or super().__repr__()
@@ -205,6 +111,126 @@ class AutogradGraph(graphviz.Digraph):
 
 def _label(*lines: str) -> str:
     return "\n".join(line for line in lines if line)
+
+
+def _one_line(label: str, sep: str = " | ") -> str:
+    return label.replace("\n", sep)
+
+
+def _leaf_label(node, show_values: bool, show_grads: bool) -> str:
+    var = node.leaf
+    small = show_values and var.numel() <= 6
+    grad = (f"grad {format_tensor(node.grad)}" if node.grad is not None else "grad None") if show_grads else ""
+    value = f"value {format_tensor(var)}" if small else format_tensor(var, max_values=0) if var.dim() else ""
+    return _label(node.param or "leaf", value, grad)
+
+
+def _add_nodes(graph, text, model: Graph, opts: dict) -> None:
+    highlight, done = opts["highlight"], opts["done"]
+    for i, node in enumerate(model.nodes):
+        nid = f"n{i}"
+        if node.is_leaf:
+            label = _leaf_label(node, opts["show_values"], opts["show_grads"])
+            text.append(f"{nid} AccumulateGrad -> leaf {_one_line(label)}")
+        else:
+            label = node.name
+            text.append(f"{nid} {label}")
+        fill = COLOURS["leaf"] if node.is_leaf else COLOURS["op"]
+        if i in highlight:
+            fill = COLOURS["highlight"]
+            text[-1] += "  [running]"
+        attrs = {"fillcolor": fill}
+        if i in done:
+            attrs["penwidth"] = "2.5"
+            text[-1] += "  [done]"
+        graph.node(nid, label, **attrs)
+        for k, (sname, saved) in enumerate(node.saved if opts["show_saved"] else ()):
+            sid, slabel = f"{nid}s{k}", _label(sname, format_tensor(saved))
+            graph.node(sid, slabel, fillcolor=COLOURS["saved"])
+            graph.edge(sid, nid, style="dashed", arrowhead="none")
+            text.append(f"{sid} saved by {nid}: {_one_line(slabel, ' = ')}")
+
+
+def _add_edges(graph, text, model: Graph, labels: Mapping) -> None:
+    for child, parent in model.edges():
+        note = labels.get((parent, child), "")
+        graph.edge(f"n{child}", f"n{parent}", label=f" {note} " if note else "")
+        text.append(f"n{child} -> n{parent}" + (f"  {note}" if note else ""))
+
+
+def _add_outputs(graph, text, model: Graph, names: Mapping, show_values: bool) -> None:
+    single = len(model.outputs) == 1
+    for k, (t, root) in enumerate(zip(model.outputs, model.output_nodes)):
+        oid = f"out{k}"
+        name = names.get(id(t), "output" if single else f"output {k}")
+        if root is None:
+            why = "a leaf: nothing recorded before it" if t.requires_grad else "requires_grad=False: no graph was recorded"
+            label = _label(name, format_tensor(t) if show_values else "", why)
+            graph.node(oid, label, fillcolor=COLOURS["leaf"] if t.requires_grad else COLOURS["nograd"])
+            text.append(f"{oid} {_one_line(label)}")
+            continue
+        label = _label(name, format_tensor(t) if show_values else "")
+        graph.node(oid, label, fillcolor=COLOURS["output"])
+        graph.edge(f"n{root}", oid, style="dashed", arrowhead="none")
+        text.append(f"{oid} {_one_line(label)} <- n{root}")
+
+
+def _new_graph(direction: str, size: str | None) -> AutogradGraph:
+    graph_attr = {"rankdir": direction, "fontname": FONT, "size": size or "", "nodesep": "0.3", "ranksep": "0.35"}
+    if not size:
+        del graph_attr["size"]
+    return AutogradGraph(
+        name="autograd",
+        format="svg",
+        graph_attr=graph_attr,
+        node_attr={"style": "filled", "shape": "box", "fontname": FONT, "fontsize": "12", "height": "0.2"},
+        edge_attr={"fontname": FONT, "fontsize": "10"},
+    )
+
+
+def draw_model(
+    model: Graph,
+    *,
+    names: Mapping | None = None,
+    show_saved: bool = False,
+    show_values: bool = True,
+    show_grads: bool = True,
+    highlight=frozenset(),
+    done=frozenset(),
+    edge_labels: Mapping | None = None,
+    direction: str = "BT",
+    size: str | None = None,
+    note: str = "",
+) -> AutogradGraph:
+    """Render a walked :class:`~autograd_lab.graphmodel.Graph`; marks and labels are keyed by node index.
+
+    ``names`` maps id(output tensor) -> name; ``edge_labels`` maps (node, input) index pairs -> text;
+    ``note`` is a sentence drawn under the graph and put first in its text (why it was folded).
+    """
+    graph = _new_graph(direction, size)
+    text: list[str] = []
+    opts = dict(show_values=show_values, show_grads=show_grads, show_saved=show_saved, highlight=highlight, done=done)
+    _add_nodes(graph, text, model, opts)
+    _add_edges(graph, text, model, edge_labels or {})
+    _add_outputs(graph, text, model, names or {}, show_values)
+    if note:
+        graph.attr(label=note, labelloc="b", fontsize="12")
+    head = ["autograd graph:"] + ([f"  ({note})"] if note else [])
+    graph.text = "\n".join(head + ["  " + line for line in text])
+    return graph
+
+
+def _check_layout(direction, size) -> None:
+    if direction not in DIRECTIONS:
+        raise ValueError(
+            f"direction must be one of {', '.join(repr(d) for d in DIRECTIONS)} (where the output sits: "
+            f"'BT' puts it at the top); got {direction!r}."
+        )
+    if size is not None and not (isinstance(size, str) and bounded.SIZE.fullmatch(size)):
+        raise ValueError(
+            f'size must be None or a Graphviz size in inches such as "8,5" (width,height; add "!" to scale up); '
+            f"got {size!r}."
+        )
 
 
 def draw_graph(
@@ -232,90 +258,21 @@ def draw_graph(
     done        backward nodes already run, drawn with a bold border.
     direction   Graphviz rankdir: "BT" (the default) puts the output at the top, the leaves at the bottom,
                 and arrows follow the forward pass upwards; "TB" turns it upside down.
+    size        None (natural size) or a Graphviz size in inches, e.g. "8,5".
+
+    A graph too big for Graphviz to lay out in a few seconds comes back folded (identical branches drawn
+    once, with their count) or, failing that, as a text summary; either says why.
     """
-    roots = _roots(tensors)
-    pnames = _param_names(params)
-    out_names = {id(t): str(n) for n, t in (names or {}).items()}
-    highlight_ids = {id(h) for h in highlight}
-    done_ids = {id(d) for d in done}
-    labels = {(id(a), id(b)): str(v) for (a, b), v in (edge_labels or {}).items()}
-
-    graph = AutogradGraph(
-        name="autograd",
-        format="svg",
-        graph_attr={"rankdir": direction, "fontname": FONT, "size": size or "", "nodesep": "0.3", "ranksep": "0.35"},
-        node_attr={"style": "filled", "shape": "box", "fontname": FONT, "fontsize": "12", "height": "0.2"},
-        edge_attr={"fontname": FONT, "fontsize": "10"},
+    _check_layout(direction, size)
+    model = walk(tensors, params, saved=show_saved)
+    out_names = output_names(names)
+    marks = dict(
+        highlight={model.index(fn) for fn in highlight} - {None},
+        done={model.index(fn) for fn in done} - {None},
+        edge_labels={(model.index(a), model.index(b)): str(v) for (a, b), v in (edge_labels or {}).items()},
     )
-    if not graph.graph_attr["size"]:
-        del graph.graph_attr["size"]
-
-    nodes = graph_nodes(roots)
-    ids = {id(fn): f"n{i}" for i, fn in enumerate(nodes)}
-    text_lines = []
-
-    for fn in nodes:
-        nid = ids[id(fn)]
-        fill = COLOURS["op"]
-        if hasattr(fn, "variable"):
-            var = fn.variable
-            name = pnames.get(id(var), "leaf")
-            small = show_values and var.numel() <= 6
-            label = _label(
-                name,
-                f"value {format_tensor(var)}" if small else format_tensor(var, max_values=0) if var.dim() else "",
-                (f"grad {format_tensor(var.grad)}" if var.grad is not None else "grad None") if show_grads else "",
-            )
-            fill = COLOURS["leaf"]
-            text_lines.append(f"{nid} AccumulateGrad -> leaf {label.replace(chr(10), ' | ')}")
-        else:
-            label = node_name(fn)
-            text_lines.append(f"{nid} {label}")
-        if id(fn) in highlight_ids:
-            fill = COLOURS["highlight"]
-            text_lines[-1] += "  [running]"
-        attrs = {"fillcolor": fill}
-        if id(fn) in done_ids:
-            attrs["penwidth"] = "2.5"
-            text_lines[-1] += "  [done]"
-        graph.node(nid, label, **attrs)
-
-        if show_saved:
-            for k, (sname, saved) in enumerate(_saved_tensors(fn)):
-                sid = f"{nid}s{k}"
-                slabel = _label(sname, format_tensor(saved))
-                graph.node(sid, slabel, fillcolor=COLOURS["saved"])
-                graph.edge(sid, nid, style="dashed", arrowhead="none")
-                text_lines.append(f"{sid} saved by {nid}: {slabel.replace(chr(10), ' = ')}")
-
-    for fn in nodes:
-        for child, _ in fn.next_functions:
-            if child is None:
-                continue
-            text = labels.get((id(fn), id(child)), "")
-            graph.edge(ids[id(child)], ids[id(fn)], label=f" {text} " if text else "")
-            text_lines.append(f"{ids[id(child)]} -> {ids[id(fn)]}" + (f"  {text}" if text else ""))
-
-    for k, t in enumerate(roots):
-        oid = f"out{k}"
-        name = out_names.get(id(t), "output" if len(roots) == 1 else f"output {k}")
-        if t.grad_fn is None:
-            why = (
-                "a leaf: nothing recorded before it"
-                if t.requires_grad
-                else "requires_grad=False: no graph was recorded"
-            )
-            label = _label(name, format_tensor(t) if show_values else "", why)
-            graph.node(oid, label, fillcolor=COLOURS["leaf"] if t.requires_grad else COLOURS["nograd"])
-            text_lines.append(f"{oid} {label.replace(chr(10), ' | ')}")
-            continue
-        label = _label(name, format_tensor(t) if show_values else "")
-        graph.node(oid, label, fillcolor=COLOURS["output"])
-        graph.edge(ids[id(t.grad_fn)], oid, style="dashed", arrowhead="none")
-        text_lines.append(f"{oid} {label.replace(chr(10), ' | ')} <- {ids[id(t.grad_fn)]}")
-
-    graph.text = "\n".join(["autograd graph:"] + ["  " + line for line in text_lines])
-    return graph
+    style = dict(names=out_names, show_saved=show_saved, show_values=show_values, show_grads=show_grads)
+    return bounded.draw_within_limits(model, marks, style, direction=direction, size=size, render=draw_model)
 
 
 def chain(tensor, *, show_none: bool = False, params=None) -> str:
@@ -325,40 +282,33 @@ def chain(tensor, *, show_none: bool = False, params=None) -> str:
     input on its own indented line. A node met a second time is named, not
     repeated. Leaves read ``AccumulateGrad(name)`` when ``params`` names them.
     """
-    _check_tensor(tensor, "chain")
-    if tensor.grad_fn is None:
+    check_tensor(tensor, "chain")
+    model = walk(tensor, params, what="chain")
+    if model.output_nodes[0] is None:
         why = "a leaf tensor" if tensor.requires_grad else "requires_grad=False"
         return f"(no graph: {why})"
-    pnames = _param_names(params)
-    seen: dict[int, object] = {}  # keeps each node alive: a freed node's id() can be reused by the next one
-    lines: list[str] = []
+    return "\n".join(chain_lines(model, model.output_nodes[0], show_none))
 
-    def title(fn):
-        if fn is None:
-            return "None"
-        if hasattr(fn, "variable") and id(fn.variable) in pnames:
-            return f"AccumulateGrad({pnames[id(fn.variable)]})"
-        return node_name(fn)
 
-    def run(fn, indent, lead=""):
+def chain_lines(model: Graph, start: int, show_none: bool = False) -> list[str]:
+    """The lines of :func:`chain`, walked with an explicit stack (no recursion limit on deep graphs)."""
+    nodes, seen, lines = model.nodes, set(), []
+    stack = [(start, 0, "")]  # (node index or None, indent, lead), the next line to write on top
+    while stack:
+        i, indent, lead = stack.pop()
         parts = []
         while True:
-            if fn is not None and id(fn) in seen:
-                parts.append(f"({title(fn)}, shared: see above)")
+            if i is not None and i in seen:
+                parts.append(f"({title(nodes[i])}, shared: see above)")
                 break
-            parts.append(title(fn))
-            if fn is None:
+            parts.append(title(nodes[i]) if i is not None else "None")
+            if i is None:
                 break
-            seen[id(fn)] = fn
-            inputs = [c for c, _ in fn.next_functions if show_none or c is not None]
-            if len(inputs) == 1:
-                fn = inputs[0]
-                continue
-            lines.append(" " * indent + lead + " -> ".join(parts))
-            for child in inputs:
-                run(child, indent + 4, "-> ")
-            return
+            seen.add(i)
+            inputs = [j for j in nodes[i].inputs if show_none or j is not None]
+            if len(inputs) != 1:
+                stack.extend((j, indent + 4, "-> ") for j in reversed(inputs))
+                break
+            i = inputs[0]
         lines.append(" " * indent + lead + " -> ".join(parts))
-
-    run(tensor.grad_fn, 0)
-    return "\n".join(lines)
+    return lines

@@ -18,23 +18,22 @@ those entries: the node being run is gold, the nodes run before it have a bold
 border, each edge a node has sent a gradient along carries that gradient, and
 each leaf shows the ``.grad`` deposited so far. ``describe_step`` says the same
 in one line of text. Step 0 is the moment before the first node runs.
+
+Both read the one graph model (:mod:`autograd_lab.graphmodel`): the gradients a
+step has deposited are data handed to the drawing; no tensor's real ``.grad`` is
+read or written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 
-from .graph import draw_graph, format_tensor, graph_nodes, node_name
+from .graph import draw_model, format_tensor
+from .graphmodel import Graph, Node, leaf_of, node_name, output_names, param_names, title, walk
 
 __all__ = ["draw_step", "describe_step", "deposits", "check_log"]
 
 _FORM = "a list of (node, grad_output, grads) entries, one per node run, as the notebook's backward loop records them"
-
-
-def _is_leaf_node(node) -> bool:
-    return hasattr(node, "variable")
 
 
 def check_log(log) -> list:
@@ -68,95 +67,89 @@ def _check_step(step, n: int) -> int:
     return step
 
 
-def _names(params) -> dict[int, str]:
-    if params is None:
-        return {}
-    if isinstance(params, torch.nn.Module):
-        return {id(t): name for name, t in params.named_parameters()}
-    items = params.items() if isinstance(params, Mapping) else params
-    return {id(t): str(name) for name, t in items}
-
-
-def _title(node, names) -> str:
-    if node is None:
-        return "None"
-    if _is_leaf_node(node):
-        return f"AccumulateGrad({names.get(id(node.variable), 'leaf')})"
-    return node_name(node)
+def _deposits_by_id(entries, step: int) -> dict:
+    """{id(leaf): (leaf, gradient added so far)} after the first ``step`` entries."""
+    out: dict[int, tuple] = {}
+    for node, grad_output, _ in entries[:step]:
+        leaf = leaf_of(node)
+        if leaf is not None:
+            total = out[id(leaf)][1] + grad_output if id(leaf) in out else grad_output
+            out[id(leaf)] = (leaf, total)
+    return out
 
 
 def deposits(log, step: int) -> dict:
     """{leaf: gradient added into its .grad} by the first ``step`` entries of ``log`` (the leaves reached so far)."""
     entries = check_log(log)
     _check_step(step, len(entries))
-    out: dict[int, tuple] = {}
-    for node, grad_output, _ in entries[:step]:
-        if _is_leaf_node(node):
-            leaf = node.variable
-            total = out[id(leaf)][1] + grad_output if id(leaf) in out else grad_output
-            out[id(leaf)] = (leaf, total)
-    return {leaf: total for leaf, total in out.values()}
+    return {leaf: total for leaf, total in _deposits_by_id(entries, step).values()}
+
+
+def _edge_gradients(model: Graph, ran) -> dict:
+    """{(node, input) index pair: the gradients sent along that edge so far, as text}."""
+    labels: dict = {}
+    for node, _, grads in ran:
+        i = model.index(node)
+        for j, grad in zip(model.nodes[i].inputs, grads):
+            if j is None or grad is None:
+                continue
+            text = format_tensor(grad)
+            labels[(i, j)] = f"{labels[(i, j)]}; {text}" if (i, j) in labels else text
+    return labels
+
+
+def _leaf_grads(model: Graph, entries, step: int) -> dict:
+    """{leaf node index: what the walk has deposited into it after ``step`` entries} (absent: None)."""
+    filled = _deposits_by_id(entries, step)
+    grads = {}
+    for i, node in enumerate(model.nodes):
+        if node.is_leaf and id(node.leaf) in filled:
+            grad = filled[id(node.leaf)][1]
+            if grad.shape != node.leaf.shape:
+                raise ValueError(
+                    f"the log deposits a gradient of shape {tuple(grad.shape)} into a leaf of shape "
+                    f"{tuple(node.leaf.shape)}: sum it down to the leaf's shape first (grad.sum_to_size(leaf.shape))."
+                )
+            grads[i] = grad
+    return grads
 
 
 def draw_step(loss, log, step: int, *, params=None, names=None, show_values: bool = True):
     """The graph behind ``loss`` after ``step`` entries of ``log`` have run (see the module docstring).
 
     Leaves show the ``.grad`` the walk has deposited so far (``None`` before it
-    reaches them), whatever their real ``.grad`` holds; that is put back afterwards.
+    reaches them), whatever their real ``.grad`` holds, which is never touched.
     """
     entries = check_log(log)
     step = _check_step(step, len(entries))
-    in_graph = {id(n) for n in graph_nodes(loss)}
+    model = walk(loss, params, what="draw_step")
     for node, _, _ in entries:
-        if id(node) not in in_graph:
+        if model.index(node) is None:
             raise ValueError(
                 f"the log holds a {node_name(node)} node that is not in this loss's graph: "
                 "record the log by running backward by hand on the same loss you draw."
             )
-
     ran = entries[:step]
-    highlight = [ran[-1][0]] if ran else []
-    done = [node for node, _, _ in ran[:-1]]
-    labels: dict = {}
-    for node, _, grads in ran:
-        for (child, _), grad in zip(node.next_functions, grads):
-            if child is None or grad is None:
-                continue
-            text = format_tensor(grad)
-            key = (node, child)
-            labels[key] = f"{labels[key]}; {text}" if key in labels else text
+    return draw_model(
+        model.with_grads(_leaf_grads(model, entries, step)),
+        names=output_names(names),
+        show_values=show_values,
+        highlight={model.index(ran[-1][0])} if ran else set(),
+        done={model.index(node) for node, _, _ in ran[:-1]},
+        edge_labels=_edge_gradients(model, ran),
+    )
 
-    filled = deposits(entries, step)
-    leaves = [n.variable for n in graph_nodes(loss) if _is_leaf_node(n)]
-    kept = [(leaf, leaf.grad) for leaf in leaves]
-    try:
-        for leaf in leaves:
-            grad = filled.get(leaf)
-            if grad is not None and grad.shape != leaf.shape:
-                raise ValueError(
-                    f"the log deposits a gradient of shape {tuple(grad.shape)} into a leaf of shape "
-                    f"{tuple(leaf.shape)}: sum it down to the leaf's shape first (grad.sum_to_size(leaf.shape))."
-                )
-            leaf.grad = grad
-        return draw_graph(
-            loss,
-            params=params,
-            names=names,
-            show_values=show_values,
-            highlight=highlight,
-            done=done,
-            edge_labels=labels,
-        )
-    finally:
-        for leaf, grad in kept:
-            leaf.grad = grad
+
+def _title(fn, names: dict) -> str:
+    """The text title of a backward node met in a log: the graph model's one rule."""
+    return title(None if fn is None else Node.of(fn, names))
 
 
 def describe_step(log, step: int, *, params=None) -> str:
     """One line of text on what happens at ``step``: which node runs, what it receives, where its results go."""
     entries = check_log(log)
     step = _check_step(step, len(entries))
-    names = _names(params)
+    names = param_names(params)
     n = len(entries)
     if step == 0:
         if not entries:
@@ -168,9 +161,9 @@ def describe_step(log, step: int, *, params=None) -> str:
         )
     node, grad_output, grads = entries[step - 1]
     head = f"step {step} of {n}: {_title(node, names)}"
-    if _is_leaf_node(node):
-        leaf = node.variable
-        total = deposits(entries, step)[leaf]
+    leaf = leaf_of(node)
+    if leaf is not None:
+        total = _deposits_by_id(entries, step)[id(leaf)][1]
         name = names.get(id(leaf), "the leaf")
         tail = f" adds {format_tensor(grad_output)} into {name}.grad (now {format_tensor(total)})."
     else:

@@ -1,0 +1,231 @@
+"""One walk of an autograd graph into plain data: the model every picture and text renders from.
+
+``walk(loss)`` follows ``grad_fn.next_functions`` once, with a loop (no recursion,
+so a graph of any depth walks), and returns a :class:`Graph`: its backward nodes
+in order of first appearance (depth first, inputs in order), each with its name,
+its inputs (positions in that list), the leaf it fills (for ``AccumulateGrad``),
+that leaf's ``.grad`` and, when asked, the tensors it saved for backward.
+
+Each idea has its home here and nowhere else: how a node is named
+(:func:`node_name`), what counts as a leaf (:func:`leaf_of`), how a parameter is
+named (:func:`param_names`) and how a node is titled in text (:func:`title`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+SAVED_PREFIX = "_saved_"  # torchviz's convention: a node's saved tensors are its ``_saved_*`` attributes
+
+__all__ = [
+    "Graph",
+    "Node",
+    "check_tensor",
+    "leaf_of",
+    "node_name",
+    "output_names",
+    "param_names",
+    "saved_tensors",
+    "title",
+    "walk",
+]
+
+
+def node_name(fn) -> str:
+    """The class name of a backward node, e.g. ``MulBackward0``; ``"None"`` for a missing input."""
+    return "None" if fn is None else type(fn).__name__
+
+
+def leaf_of(fn):
+    """The leaf tensor a backward node accumulates into (``AccumulateGrad.variable``), else ``None``."""
+    return getattr(fn, "variable", None) if fn is not None else None
+
+
+def check_tensor(value, what: str = "draw_graph") -> None:
+    """A ``TypeError`` saying what to pass when ``value`` is not a tensor."""
+    if isinstance(value, torch.Tensor):
+        return
+    raise TypeError(
+        f"{what} expects a torch.Tensor (for example a loss), got {type(value).__name__}. "
+        "Pass the tensor whose graph you want to see, e.g. draw_graph(loss)."
+    )
+
+
+def roots_of(tensors, what: str = "draw_graph") -> list:
+    """``tensors`` (one tensor, or a non-empty list or tuple of them) as a list."""
+    if isinstance(tensors, (list, tuple)) and tensors:
+        for t in tensors:
+            check_tensor(t, what)
+        return list(tensors)
+    check_tensor(tensors, what)
+    return [tensors]
+
+
+def _pairs(mapping, argument: str, example: str):
+    """The (name, tensor) pairs of ``mapping``; clear errors for other types and for tensor -> name."""
+    if isinstance(mapping, torch.nn.Module):
+        return list(mapping.named_parameters())
+    if isinstance(mapping, Mapping):
+        items = list(mapping.items())
+    elif isinstance(mapping, Iterable) and not isinstance(mapping, (str, bytes, torch.Tensor)):
+        items = list(mapping)
+    else:
+        raise TypeError(
+            f"{argument} must be a dict {{name: tensor}}, an nn.Module, or (name, tensor) pairs; "
+            f"got {type(mapping).__name__}. For example {argument}={example}."
+        )
+    pairs = []
+    for pair in items:
+        try:
+            name, tensor = pair
+        except (TypeError, ValueError):
+            raise TypeError(f"{argument} must hold (name, tensor) pairs; got {pair!r:.80}.") from None
+        if isinstance(name, torch.Tensor) and not isinstance(tensor, torch.Tensor):
+            raise TypeError(
+                f"{argument} maps a tensor to {tensor!r:.40}: it goes the other way round, name -> tensor. "
+                f"Write {argument}={example}."
+            )
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{argument}[{name!r}] must be a tensor, got {type(tensor).__name__}.")
+        pairs.append((str(name), tensor))
+    return pairs
+
+
+def param_names(params) -> dict[int, str]:
+    """{id(tensor): name} from a dict {name: tensor}, an ``nn.Module`` or (name, tensor) pairs."""
+    if params is None:
+        return {}
+    return {id(t): name for name, t in _pairs(params, "params", '{"w": w}')}
+
+
+def output_names(names) -> dict[int, str]:
+    """{id(tensor): name} for the drawn outputs, from a dict {name: tensor} such as ``{"loss": loss}``."""
+    if names is None:
+        return {}
+    return {id(t): name for name, t in _pairs(names, "names", '{"loss": loss}')}
+
+
+def saved_tensors(fn) -> tuple:
+    """(name, tensor) for every tensor a backward node saved, in a stable order (as torchviz finds them)."""
+    out = []
+    for attr in sorted(dir(fn)):
+        if not attr.startswith(SAVED_PREFIX):
+            continue
+        try:
+            value = getattr(fn, attr)
+        except RuntimeError:  # freed by an earlier backward
+            continue
+        name = attr[len(SAVED_PREFIX):]
+        if isinstance(value, torch.Tensor):
+            out.append((name, value))
+        elif isinstance(value, tuple):
+            out.extend((f"{name}[{i}]", v) for i, v in enumerate(value) if isinstance(v, torch.Tensor))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One backward node. ``inputs`` holds, per entry of ``next_functions``, the input's index or None."""
+
+    fn: object
+    name: str
+    inputs: tuple
+    leaf: torch.Tensor | None = None
+    param: str | None = None
+    grad: torch.Tensor | None = None
+    saved: tuple = ()
+
+    @classmethod
+    def of(cls, fn, names: Mapping, inputs: tuple = (), saved: bool = False) -> Node:
+        """The node for backward node ``fn``; ``names`` maps id(leaf tensor) -> parameter name."""
+        leaf = leaf_of(fn)
+        return cls(
+            fn=fn,
+            name=node_name(fn),
+            inputs=inputs,
+            leaf=leaf,
+            param=names.get(id(leaf)) if leaf is not None else None,
+            grad=leaf.grad if leaf is not None else None,
+            saved=saved_tensors(fn) if saved else (),
+        )
+
+    @property
+    def is_leaf(self) -> bool:
+        """Whether this node fills a leaf's ``.grad`` (an ``AccumulateGrad`` node)."""
+        return self.leaf is not None
+
+
+def title(node) -> str:
+    """How text names a node (a :class:`Node`, or a backward node as is): ``AccumulateGrad(w)`` for a named
+    leaf, else the node's name; ``"None"`` for a missing input."""
+    if node is None:
+        return "None"
+    if not isinstance(node, Node):
+        node = Node.of(node, {})
+    return f"AccumulateGrad({node.param})" if node.is_leaf and node.param is not None else node.name
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The walked graph: nodes in order of first appearance, the drawn tensors and the node each comes from."""
+
+    nodes: tuple
+    outputs: tuple  # the tensors walked from
+    output_nodes: tuple  # per output: the index of its grad_fn, or None
+
+    def index(self, fn) -> int | None:
+        """The position of backward node ``fn`` in ``nodes``, or None when it is not in this graph."""
+        if "_index" not in self.__dict__:
+            object.__setattr__(self, "_index", {id(n.fn): i for i, n in enumerate(self.nodes)})
+        return self._index.get(id(fn))
+
+    def edges(self) -> list:
+        """(input, node) index pairs, in node order then input order: the gradient flows input <- node."""
+        return [(j, i) for i, node in enumerate(self.nodes) for j in node.inputs if j is not None]
+
+    def fan_in(self) -> list:
+        """How many edges leave each node towards the output (the number of nodes that use it)."""
+        counts = [0] * len(self.nodes)
+        for j, _ in self.edges():
+            counts[j] += 1
+        return counts
+
+    def with_grads(self, grads: Mapping) -> Graph:
+        """The same graph with each leaf's gradient replaced: ``grads`` maps node index -> tensor or None."""
+        nodes = tuple(
+            dataclasses.replace(n, grad=grads.get(i)) if n.is_leaf else n for i, n in enumerate(self.nodes)
+        )
+        return dataclasses.replace(self, nodes=nodes)
+
+
+def walk(tensors, params=None, *, saved: bool = False, what: str = "draw_graph") -> Graph:
+    """Walk the graph behind ``tensors`` once (iteratively) into a :class:`Graph`.
+
+    params  names for leaves: a dict {name: tensor}, an nn.Module, or (name, tensor) pairs.
+    saved   also collect the tensors each node saved for backward (slower: it reads every attribute).
+    """
+    roots = roots_of(tensors, what)
+    names = param_names(params)
+    root_fns = [t.grad_fn for t in roots]  # read once: some tensors hand out a new node at every access
+    index: dict[int, int] = {}
+    order, children = [], []  # children keep every node object alive, so no id() is reused mid-walk
+    stack = [fn for fn in reversed(root_fns) if fn is not None]
+    while stack:
+        fn = stack.pop()
+        if id(fn) in index:
+            continue
+        index[id(fn)] = len(order)
+        order.append(fn)
+        kids = [child for child, _ in fn.next_functions]
+        children.append(kids)
+        stack.extend(child for child in reversed(kids) if child is not None and id(child) not in index)
+    nodes = [
+        Node.of(fn, names, tuple(None if c is None else index[id(c)] for c in kids), saved)
+        for fn, kids in zip(order, children)
+    ]
+    output_nodes = tuple(None if fn is None else index[id(fn)] for fn in root_fns)
+    return Graph(nodes=tuple(nodes), outputs=tuple(roots), output_nodes=output_nodes)
