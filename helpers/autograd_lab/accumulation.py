@@ -30,6 +30,7 @@ left behind in ``.grad``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import operator
@@ -38,7 +39,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-__all__ = ["AccumulationReport", "check_accumulation", "draw_timeline", "timeline_text", "SCALES"]
+__all__ = ["AccumulationReport", "PassLog", "check_accumulation", "draw_timeline", "record_passes", "timeline_text",
+           "SCALES"]
 
 SCALES = ("size", "k", "none")
 _SCALE_WORDS = {"size": "multiplied by n_i / N", "k": "divided by k", "none": "not scaled"}
@@ -581,6 +583,61 @@ def check_accumulation(
     if not report.agree:
         report.causes = _diagnose(setup, sizes, scale, tol, d.ratio, report.grads_agree, report.buffers_differ)
     return report
+
+
+# --------------------------------------------------------------------------- watching a loop
+
+
+@dataclass
+class PassLog:
+    """What ``record_passes`` saw a training loop do with a model.
+
+    ``forward_sizes``: the batch size of each forward pass that built a graph (gradients enabled);
+    ``untracked_forwards``: forward passes that built none (``torch.no_grad()``, inference mode);
+    ``outputs_per_backward``: for each backward pass that reached the model's first parameter, how many
+    of those forward outputs it went through. A true accumulation loop gives 1 each time: one graph
+    alive at a time. More than 1 means several micro-batches' graphs were kept alive for one backward.
+    """
+
+    forward_sizes: list = field(default_factory=list)
+    untracked_forwards: int = 0
+    outputs_per_backward: list = field(default_factory=list)
+    _reached: int = field(default=0, repr=False)
+
+    @property
+    def most_outputs_per_backward(self) -> int:
+        return max(self.outputs_per_backward, default=0)
+
+
+@contextlib.contextmanager
+def record_passes(model: nn.Module):
+    """Record the forward and backward passes of ``model`` while the block runs; yields a ``PassLog``."""
+    log = PassLog()
+    first = next((p for p in model.parameters() if p.requires_grad), None)
+
+    def output_reached(grad):
+        log._reached += 1
+
+    def after_forward(module, args, out):
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            x = args[0] if args else None
+            log.forward_sizes.append(len(x) if isinstance(x, torch.Tensor) and x.dim() else 1)
+            out.register_hook(output_reached)
+        else:
+            log.untracked_forwards += 1
+
+    def after_accumulation(param):
+        log.outputs_per_backward.append(log._reached)
+        log._reached = 0
+
+    handles = [model.register_forward_hook(after_forward)]
+    if first is not None:
+        handles.append(first.register_post_accumulate_grad_hook(after_accumulation))
+    try:
+        yield log
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 # --------------------------------------------------------------------------- the timeline

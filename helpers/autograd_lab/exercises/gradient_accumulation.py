@@ -1,8 +1,8 @@
 """Checks for notebook 04, gradient accumulation.
 
-- ``check_training_loop(train_epoch)``: the learner's fixed accumulation loop, run against
-  full-batch training on random data; differences are explained (step positions, the
-  tail, the loss scaling, a missing ``zero_grad``).
+- ``check_training_loop(train_epoch)``: the learner's fixed accumulation loop, run for two epochs
+  against full-batch training on random data; differences are explained (step positions, the
+  tail, the loss scaling, a missing ``zero_grad``, a loop that does not really accumulate).
 - ``check_step_counts(answer)``: how many optimizer steps three loops take for n = 50, k = 8.
 - ``check_token_weights(answer)``: the weight of each micro-batch's mean loss when the
   micro-batches hold different numbers of real tokens.
@@ -13,12 +13,14 @@ from __future__ import annotations
 import copy
 import inspect
 import math
-from numbers import Real
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from . import Feedback, correct, is_unanswered, malformed, unanswered, wrong
+from ..accumulation import record_passes
+from . import Feedback, as_int, as_number, close, correct, describe_error, is_unanswered, malformed, never_raises
+from . import unanswered, wrong
 
 __all__ = ["check_training_loop", "check_step_counts", "check_token_weights", "STEP_COUNT_TASK", "TOKEN_COUNTS"]
 
@@ -31,7 +33,10 @@ _SCENARIOS = [
     (7, 3, 4, 4),  # a tail group of 1
     (3, 5, 4, 4),  # fewer micro-batches than k: one short update
     (10, 4, 4, 1),  # the last micro-batch is short, as a DataLoader without drop_last gives it
+    (9, 2, 5, 3),  # other sizes: nothing may be tuned to 4 samples
+    (4, 1, 3, 3),  # k = 1: every micro-batch is a full batch
 ]
+_EPOCHS = 2  # the second epoch shows whether a gradient left in .grad leaks into it
 _LR = 0.1
 
 _SIGNATURE = "train_epoch(model, loss_fn, optimizer, micro_batches, k)"
@@ -60,134 +65,257 @@ def _flat_grad(model):
     ])
 
 
+@dataclass
+class _Steps:
+    """Each optimizer step of a run: after how many micro-batches of its epoch, and the gradient it used."""
+
+    positions: list = field(default_factory=list)  # one list per epoch
+    grads: list = field(default_factory=list)  # one list per epoch
+
+
 def _reference(model, batches, k):
     """Full-batch training: one update per group of k consecutive micro-batches (the last group may be short)."""
     model = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=_LR)
-    positions, grads = [], []
-    for start in range(0, len(batches), k):
-        group = batches[start:start + k]
-        x = torch.cat([x for x, _ in group])
-        y = torch.cat([y for _, y in group])
-        nn.MSELoss()(model(x), y).backward()
-        positions.append(start + len(group))
-        grads.append(_flat_grad(model))
-        opt.step()
-        opt.zero_grad()
-    return positions, grads, model
+    steps = _Steps()
+    for _ in range(_EPOCHS):
+        steps.positions.append([])
+        steps.grads.append([])
+        for start in range(0, len(batches), k):
+            group = batches[start:start + k]
+            x = torch.cat([x for x, _ in group])
+            y = torch.cat([y for _, y in group])
+            nn.MSELoss()(model(x), y).backward()
+            steps.positions[-1].append(start + len(group))
+            steps.grads[-1].append(_flat_grad(model))
+            opt.step()
+            opt.zero_grad()
+    return steps, model
+
+
+class _RecordingLoss(nn.MSELoss):
+    """MSELoss that notes how many samples each call compares."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes = []
+
+    def forward(self, input, target):
+        self.sizes.append(len(input) if input.dim() else 1)
+        return super().forward(input, target)
+
+
+@dataclass
+class _LearnerRun:
+    steps: _Steps
+    forwards: list  # forward passes that built a graph, per epoch
+    passes: object  # the PassLog of both epochs
+    loss_sizes: list
+    model: nn.Module
 
 
 def _run_learner(fn, model, batches, k):
-    """Run the learner's loop on a copy, recording after how many forward passes each step ran."""
+    """Run the learner's loop for two epochs on a copy, recording after how many micro-batches each step ran."""
     model = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=_LR)
-    forwards = [0]
-    model.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
-    positions, grads = [], []
+    loss_fn = _RecordingLoss()
+    steps, forwards = _Steps(), []
     real_step = opt.step
+    with record_passes(model) as passes:
 
-    def step(*args, **kwargs):
-        positions.append(forwards[0])
-        grads.append(_flat_grad(model))
-        return real_step(*args, **kwargs)
+        def step(*args, **kwargs):
+            steps.positions[-1].append(len(passes.forward_sizes) - sum(forwards))
+            steps.grads[-1].append(_flat_grad(model))
+            return real_step(*args, **kwargs)
 
-    opt.step = step
-    fn(model, nn.MSELoss(), opt, list(batches), k)
-    leftover = any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in model.parameters())
-    return positions, grads, leftover, forwards[0], model
-
-
-def _close(a, b):
-    return torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+        opt.step = step
+        for _ in range(_EPOCHS):
+            steps.positions.append([])
+            steps.grads.append([])
+            fn(model, loss_fn, opt, [(x.clone(), y.clone()) for x, y in batches], k)
+            forwards.append(len(passes.forward_sizes) - sum(forwards))
+    return _LearnerRun(steps, forwards, passes, loss_fn.sizes, model)
 
 
 def _ratio(a, b):
     return float(a @ b) / float(b @ b)
 
 
-def _explain(n, k, size, last, positions, grads, leftover, forwards, ref_positions, ref_grads):
-    setting = f"With n = {n} micro-batches and k = {k}"
-    if forwards != n:
+@dataclass(frozen=True)
+class _Problem:
+    """One scenario of the check and its full-batch reference."""
+
+    n: int
+    k: int
+    size: int
+    last: int
+    ref: _Steps
+
+    @property
+    def setting(self):
+        return f"With n = {self.n} micro-batches and k = {self.k}"
+
+    @property
+    def largest(self):
+        return max(self.size, self.last)
+
+
+def _explain_passes(p: _Problem, run: _LearnerRun):
+    """A loop that runs the model too often, on too much, or keeps several graphs alive for one backward()."""
+    sizes, log = run.passes.forward_sizes, run.passes
+    if sizes and max(sizes) > p.largest:
         return wrong(
-            f"{setting}, your function ran the model {forwards} times; an epoch of accumulation runs it once per "
-            "micro-batch (model(x) for each (x, y) in micro_batches)."
+            f"{p.setting}, your model ran on {max(sizes)} samples at once, more than a micro-batch holds "
+            f"({p.largest}): a forward pass over concatenated micro-batches is full-batch training and keeps the "
+            "whole group's activations. Run model(x) on each micro-batch on its own and backward() its scaled loss."
         )
-    if not positions:
-        return wrong(f"{setting}, your loop never called optimizer.step(): the accumulated gradient is never used.")
-    if positions != ref_positions:
-        shown = ", ".join(map(str, positions))
-        want = ", ".join(map(str, ref_positions))
-        if positions == ref_positions[:-1]:
-            r = n - ref_positions[-2]
-            return wrong(
-                f"{setting}, your loop steps after micro-batches {shown} (counted from 1) and then stops: the last "
-                f"{r} micro-batch{'es' * (r != 1)} never reach an optimizer step. Their gradient stays in .grad "
-                "and leaks into the next epoch. Step also when i + 1 == len(micro_batches)."
-            )
-        hint = ""
-        if positions and positions[0] == 2 and k != 2:
-            hint = (" Your first step comes after only 2 micro-batches: that is the seed's (i - 1) % k == 0, "
-                    "which is true at i = 1. With i counted from 0, micro-batch i completes a group when (i + 1) % k == 0.")
-        elif positions and positions[0] == k + 1:
-            hint = " Each step comes one micro-batch late: with i counted from 0, use (i + 1) % k == 0."
+    if run.forwards[0] != p.n:
+        extra = (f" (forward passes under torch.no_grad() do not count: they build no graph)"
+                 if log.untracked_forwards else "")
         return wrong(
-            f"{setting}, your loop steps after micro-batches {shown} (counted from 1); full-batch training steps "
-            f"after {want}: after every k-th micro-batch and after the last one.{hint}"
+            f"{p.setting}, your function ran the model {run.forwards[0]} times with gradients on{extra}; an epoch "
+            "of accumulation runs it once per micro-batch (model(x) for each (x, y) in micro_batches)."
         )
-    # Right positions: compare the gradient each step used with the full-batch gradient of its group.
-    for j, (g, g_ref) in enumerate(zip(grads, ref_grads)):
-        if _close(g, g_ref):
-            continue
-        first, last_mb = (ref_positions[j - 1] if j else 0) + 1, ref_positions[j]
-        members = last_mb - first + 1
-        if j > 0 and _close(g - grads[j - 1], g_ref):
-            return wrong(
-                f"{setting}, update {j + 1} used its own gradient plus the previous update's: .grad is not reset "
-                "after optimizer.step(). Call optimizer.zero_grad() right after each step."
-            )
-        c = _ratio(g, g_ref)
-        tail = j == len(ref_grads) - 1 and members < k
-        sizes_differ = last != size and last_mb == n
-        if math.isclose(c, k, rel_tol=1e-3) or (tail and math.isclose(c, members, rel_tol=1e-3)):
-            return wrong(
-                f"{setting}, update {j + 1} used a gradient {c:.3g} times the full-batch one: each micro-batch "
-                "loss must be divided by the number of micro-batches in its group before backward(), so the "
-                "gradients add up to the mean over the group."
-            )
-        if tail and math.isclose(c, members / k, rel_tol=1e-3):
-            return wrong(
-                f"{setting}, the last update (micro-batches {first} to {last_mb}, a group of {members}) used "
-                f"{c:.3g} times the full-batch gradient: you divided its losses by k = {k}, but the group holds "
-                f"only {members} micro-batch{'es' * (members != 1)}. Divide by the group's real size, "
-                "min(k, n - (i // k) * k)."
-            )
-        if math.isclose(c, 1 / k, rel_tol=1e-3):
-            return wrong(
-                f"{setting}, update {j + 1} used a gradient 1/{k} of the full-batch one: the loss is divided by k "
-                "twice (or by k and then by the number of samples again)."
-            )
-        if sizes_differ:
-            return wrong(
-                f"{setting}, the last micro-batch holds {last} sample{'s' * (last != 1)} where the others hold "
-                f"{size}, and the last update's gradient is off (relative error "
-                f"{float((g - g_ref).norm() / g_ref.norm()):.3g}). Dividing each micro-batch mean by the number of "
-                "micro-batches weighs a short micro-batch's samples too much: multiply each micro-batch loss by "
-                "len(x) / (samples in its group) instead."
-            )
+    many = log.most_outputs_per_backward
+    if many > 1:
+        if run.loss_sizes and max(run.loss_sizes) > p.largest:
+            how = f"you concatenated the outputs of {many} micro-batches into one loss"
+        else:
+            how = f"one backward() went through the losses of {many} micro-batches (added up before backward())"
         return wrong(
-            f"{setting}, update {j + 1} used a gradient that differs from the full-batch gradient of micro-batches "
-            f"{first} to {last_mb} (relative error {float((g - g_ref).norm() / g_ref.norm()):.3g}). "
-            "Compute loss_fn(model(x), y) for each micro-batch, scale it, call backward(), and step only at the "
-            "end of a group."
-        )
-    if leftover:
-        return wrong(
-            f"{setting}, the updates are right, but .grad still holds a gradient when the epoch ends: reset it "
-            "after the last step too (optimizer.zero_grad()), or it leaks into the next epoch."
+            f"{p.setting}, {how}. The gradient comes out right, but each of those micro-batches keeps its graph, "
+            "saved activations included, alive until that backward(): the memory is the whole group's and "
+            "accumulation saves nothing. Call backward() on each micro-batch's scaled loss right after its "
+            "forward pass; .grad does the adding."
         )
     return None
 
 
+def _explain_positions(p: _Problem, positions):
+    if not positions:
+        return wrong(f"{p.setting}, your loop never called optimizer.step() (the optimizer it is given): the "
+                     "accumulated gradient is never used.")
+    want_positions = p.ref.positions[0]
+    if positions == want_positions:
+        return None
+    shown, want = ", ".join(map(str, positions)), ", ".join(map(str, want_positions))
+    if positions == want_positions[:-1]:
+        r = p.n - want_positions[-2]
+        return wrong(
+            f"{p.setting}, your loop steps after micro-batches {shown} (counted from 1) and then stops: the last "
+            f"{r} micro-batch{'es' * (r != 1)} never reach an optimizer step. Their gradient stays in .grad "
+            "and leaks into the next epoch. Step also when i + 1 == len(micro_batches)."
+        )
+    hint = ""
+    if positions[0] == 2 and p.k != 2:
+        hint = (" Your first step comes after only 2 micro-batches: that is the seed's (i - 1) % k == 0, "
+                "which is true at i = 1. With i counted from 0, micro-batch i completes a group when (i + 1) % k == 0.")
+    elif positions[0] == 1 and p.k != 1:
+        hint = (" Your first step comes right after the first micro-batch: i % k == 0 is true at i = 0. "
+                "With i counted from 0, micro-batch i completes a group when (i + 1) % k == 0.")
+    elif positions[0] == p.k + 1:
+        hint = " Each step comes one micro-batch late: with i counted from 0, use (i + 1) % k == 0."
+    return wrong(
+        f"{p.setting}, your loop steps after micro-batches {shown} (counted from 1); full-batch training steps "
+        f"after {want}: after every k-th micro-batch and after the last one.{hint}"
+    )
+
+
+def _relative_error(g, g_ref):
+    return f"{float((g - g_ref).norm() / g_ref.norm()):.3g}"
+
+
+def _explain_scale(p: _Problem, j, c, members):
+    """Update j's gradient is c times the full-batch one: which scaling mistake is it?"""
+    tail = j == len(p.ref.grads[0]) - 1 and members < p.k
+    if math.isclose(c, p.k, rel_tol=1e-3) or (tail and math.isclose(c, members, rel_tol=1e-3)):
+        return wrong(
+            f"{p.setting}, update {j + 1} used a gradient {c:.3g} times the full-batch one: each micro-batch "
+            "loss must be divided by the number of micro-batches in its group before backward(), so the "
+            "gradients add up to the mean over the group."
+        )
+    if tail and math.isclose(c, members / p.k, rel_tol=1e-3):
+        first, last_mb = p.ref.positions[0][j] - members + 1, p.ref.positions[0][j]
+        return wrong(
+            f"{p.setting}, the last update (micro-batches {first} to {last_mb}, a group of {members}) used "
+            f"{c:.3g} times the full-batch gradient: you divided its losses by k = {p.k}, but the group holds "
+            f"only {members} micro-batch{'es' * (members != 1)}. Divide by the group's real size, "
+            "min(k, n - (i // k) * k)."
+        )
+    if p.k > 1 and math.isclose(c, 1 / p.k, rel_tol=1e-3):
+        return wrong(
+            f"{p.setting}, update {j + 1} used a gradient 1/{p.k} of the full-batch one: the loss is divided by k "
+            "twice (or by k and then by the number of samples again)."
+        )
+    return None
+
+
+def _explain_grads(p: _Problem, grads):
+    """Right step positions: compare the gradient each step of epoch 1 used with its group's full-batch gradient."""
+    ref_positions, ref_grads = p.ref.positions[0], p.ref.grads[0]
+    for j, (g, g_ref) in enumerate(zip(grads, ref_grads)):
+        if close(g, g_ref):
+            continue
+        first, last_mb = (ref_positions[j - 1] if j else 0) + 1, ref_positions[j]
+        if j > 0 and close(g - grads[j - 1], g_ref):
+            return wrong(
+                f"{p.setting}, update {j + 1} used its own gradient plus the previous update's: .grad is not reset "
+                "between optimizer steps. Call optimizer.zero_grad() right after each step (or before the first "
+                "backward() of each group)."
+            )
+        if float(g.norm()) == 0:
+            return wrong(f"{p.setting}, update {j + 1} used a zero gradient: no backward() reached the model "
+                         "between the last reset of .grad and optimizer.step().")
+        fb = _explain_scale(p, j, _ratio(g, g_ref), last_mb - first + 1)
+        if fb is not None:
+            return fb
+        if p.last != p.size and last_mb == p.n:
+            return wrong(
+                f"{p.setting}, the last micro-batch holds {p.last} sample{'s' * (p.last != 1)} where the others "
+                f"hold {p.size}, and the last update's gradient is off (relative error {_relative_error(g, g_ref)}). "
+                "Dividing each micro-batch mean by the number of micro-batches weighs a short micro-batch's samples "
+                "too much: multiply each micro-batch loss by len(x) / (samples in its group) instead."
+            )
+        return wrong(
+            f"{p.setting}, update {j + 1} used a gradient that differs from the full-batch gradient of micro-batches "
+            f"{first} to {last_mb} (relative error {_relative_error(g, g_ref)}). Compute loss_fn(model(x), y) "
+            "for each micro-batch, scale it, call backward(), and step only at the end of a group."
+        )
+    return None
+
+
+def _explain_second_epoch(p: _Problem, run: _LearnerRun):
+    """The first epoch was right: does anything of it (a gradient left in .grad) leak into the second?"""
+    grads, first_epoch = run.steps.grads[1], run.steps.grads[0]
+    if run.steps.positions[1] != p.ref.positions[1]:
+        return wrong(f"{p.setting}, the first epoch is right, but the second steps after micro-batches "
+                     f"{', '.join(map(str, run.steps.positions[1]))}: does your function keep state between calls?")
+    for j, (g, g_ref) in enumerate(zip(grads, p.ref.grads[1])):
+        if close(g, g_ref):
+            continue
+        previous = grads[j - 1] if j else first_epoch[-1]
+        if j == 0 and close(g - previous, g_ref):
+            return wrong(
+                f"{p.setting}, the updates are right, but .grad still holds a gradient when the epoch ends, and "
+                "the next epoch's first update adds it to its own: reset it after the last step too "
+                "(optimizer.zero_grad()), or at the start of each group."
+            )
+        return wrong(f"{p.setting}, the first epoch is right, but update {j + 1} of the second epoch used another "
+                     f"gradient than full-batch training (relative error {_relative_error(g, g_ref)}).")
+    return None
+
+
+def _explain(p: _Problem, run: _LearnerRun):
+    """The first mistake found, or None. (Not an ``or`` chain: a wrong Feedback is falsy.)"""
+    for explain in (lambda: _explain_passes(p, run), lambda: _explain_positions(p, run.steps.positions[0]),
+                    lambda: _explain_grads(p, run.steps.grads[0]), lambda: _explain_second_epoch(p, run)):
+        fb = explain()
+        if fb is not None:
+            return fb
+    return None
+
+
+@never_raises
 def check_training_loop(train_epoch) -> Feedback:
     """Run the learner's ``train_epoch(model, loss_fn, optimizer, micro_batches, k)`` against full-batch training."""
     if is_unanswered(train_epoch):
@@ -202,26 +330,26 @@ def check_training_loop(train_epoch) -> Feedback:
         pass
     for seed, (n, k, size, last) in enumerate(_SCENARIOS):
         batches, model = _data(n, size, last, seed)
-        ref_positions, ref_grads, ref_model = _reference(model, batches, k)
+        ref, ref_model = _reference(model, batches, k)
+        problem = _Problem(n, k, size, last, ref)
         try:
-            positions, grads, leftover, forwards, trained = _run_learner(train_epoch, model, batches, k)
+            run = _run_learner(train_epoch, model, batches, k)
         except Exception as err:  # the learner's code: report, never raise
-            return wrong(f"With n = {n} micro-batches and k = {k}, your function raised "
-                         f"{type(err).__name__}: {err}")
-        fb = _explain(n, k, size, last, positions, grads, leftover, forwards, ref_positions, ref_grads)
+            return wrong(f"{problem.setting}, your function raised {describe_error(err)}")
+        fb = _explain(problem, run)
         if fb is not None:
             return fb
-        for p, q in zip(trained.parameters(), ref_model.parameters()):
-            if not _close(p.detach(), q.detach()):
+        for q, q_ref in zip(run.model.parameters(), ref_model.parameters()):
+            if not close(q.detach(), q_ref.detach()):
                 return wrong(
-                    f"With n = {n} micro-batches and k = {k}, each update used the right gradient, yet the final "
-                    "parameters differ from full-batch training: use the optimizer you are given, and step it "
-                    "once per group."
+                    f"{problem.setting}, each update used the right gradient, yet the final parameters differ from "
+                    "full-batch training: use the optimizer you are given, and step it once per group."
                 )
     tried = ", ".join(f"(n={n}, k={k})" for n, k, *_ in _SCENARIOS)
     return correct(
         f"your loop matches full-batch training step for step on {len(_SCENARIOS)} random problems {tried}, "
-        "a short tail group and a short last micro-batch included, and leaves .grad empty at the end."
+        f"a short tail group and a short last micro-batch included, over {_EPOCHS} epochs (nothing left in .grad "
+        "leaks into the next), with one graph alive at a time: each backward() covers one micro-batch."
     )
 
 
@@ -241,15 +369,28 @@ _LOOPS = {
 }
 
 
+def _as_list(answer):
+    """A tuple, list, numpy array or 1-d tensor as a list of its items; anything else as None."""
+    if isinstance(answer, (tuple, list)):
+        return list(answer)
+    if isinstance(answer, torch.Tensor):
+        return list(answer.detach().cpu().unbind(0)) if answer.dim() == 1 and not answer.is_sparse else None
+    if getattr(answer, "ndim", None) == 1 and hasattr(answer, "tolist"):  # numpy, without importing it
+        return list(answer)
+    return None
+
+
+@never_raises
 def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT_TASK["k"]) -> Feedback:
     """``answer``: (steps of the seed's loop, steps of the (i + 1) loop, steps of the correct loop) for n, k."""
     form = "a tuple of three ints: (seed's loop, (i + 1) loop, correct loop), e.g. (3, 2, 3)"
     if is_unanswered(answer):
         return unanswered(form)
-    if not isinstance(answer, (tuple, list)) or len(answer) != 3 or not all(
-        isinstance(a, int) and not isinstance(a, bool) for a in answer
-    ):
+    items = _as_list(answer)
+    counts = [as_int(a) for a in items] if items is not None else []
+    if len(counts) != 3 or None in counts:
         return malformed(f"answer should be {form}.")
+    answer = counts
     expected = [_count(cond, n, k) for cond in _LOOPS.values()]
     if list(answer) == expected:
         return correct(
@@ -278,17 +419,19 @@ def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT
 TOKEN_COUNTS = (3, 12, 5)
 
 
+@never_raises
 def check_token_weights(answer, counts=TOKEN_COUNTS) -> Feedback:
     """``answer``: the factor for each micro-batch's mean token loss so their sum is the full batch's mean."""
     form = f"a list of {len(counts)} numbers, one factor per micro-batch, e.g. [0.5, 0.25, 0.25]"
     if is_unanswered(answer):
         return unanswered(form)
-    if isinstance(answer, torch.Tensor):
-        answer = answer.tolist()
-    if not isinstance(answer, (tuple, list)) or len(answer) != len(counts) or not all(
-        isinstance(a, Real) and not isinstance(a, bool) for a in answer
-    ):
+    items = _as_list(answer)
+    factors = [as_number(a) for a in items] if items is not None else []
+    if len(factors) != len(counts) or None in factors:
         return malformed(f"answer should be {form}.")
+    if not all(math.isfinite(a) for a in factors):
+        return malformed("every factor must be a finite number; yours include NaN or infinity.")
+    answer = factors
     total = sum(counts)
     expected = [c / total for c in counts]
     if all(math.isclose(a, e, rel_tol=1e-6, abs_tol=1e-9) for a, e in zip(answer, expected)):
@@ -298,6 +441,11 @@ def check_token_weights(answer, counts=TOKEN_COUNTS) -> Feedback:
             f"{total}, the total counted before the loop."
         )
     k = len(counts)
+    if all(math.isclose(a, c, rel_tol=1e-6) for a, c in zip(answer, counts)):
+        return wrong(
+            f"these are the token counts themselves; as factors they multiply the full-batch mean by {total}. "
+            f"Divide each by the total number of real tokens, {total}."
+        )
     if all(math.isclose(a, 1 / k, rel_tol=1e-6) for a in answer):
         return wrong(
             f"1/{k} each is dividing by k: a micro-batch with {min(counts)} real tokens then weighs as much as one "
