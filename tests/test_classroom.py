@@ -2,7 +2,9 @@
 
 For every notebook, with one nbgrader course built per test session (in a temporary directory):
 
-- the committed notebook is annotated (annotating it again changes nothing);
+- the committed notebook is annotated (annotating it again changes nothing) and its exercises are laid
+  out as the kit reads them (answer cell, reveal cell, solution file ending with the same check call);
+- the nbgrader source derived from it has a solution cell and a locked test cell per exercise;
 - ``nbgrader generate_assignment`` makes a student version with no solution text and no output left;
 - ``nbgrader autograde`` gives the reference solutions full marks;
 - a learner's submission -- the student release as handed out, with every other exercise answered
@@ -54,10 +56,12 @@ def src(cell) -> str:
     return cell.source if isinstance(cell.source, str) else "".join(cell.source)
 
 
-def annotated(path: Path):
-    nb = nbformat.read(path, as_version=4)
-    classroom.annotate(nb, path.name)
-    return nb
+def derived_source(path: Path):
+    return classroom.source_notebook(nbformat.read(path, as_version=4), path.parent, path.name)
+
+
+def exercises_of(path: Path):
+    return classroom.exercises(nbformat.read(path, as_version=4), path.parent, path.name)
 
 
 def learner_state(index: int, ex) -> str:
@@ -130,10 +134,10 @@ __NAME__ = _classroom_pick.get("wrong", _classroom_pick.get("malformed"))
 '''
 
 
-def submission(release, source, states: dict[str, str], stub: str):
+def submission(release, exercises, states: dict[str, str], stub: str):
     """The release with each solution cell's stub replaced as ``states`` says (by solution cell id)."""
     nb = nbformat.from_dict(json.loads(json.dumps(release)))
-    by_id = {ex.solution_id: ex for ex in classroom.exercises(source)}
+    by_id = {ex.solution_id: ex for ex in exercises}
     for cell in nb.cells:
         ex = by_id.get(cell.get("id"))
         if ex is None:
@@ -166,7 +170,8 @@ def course(tmp_path_factory):
         "root": root,
         "dir": course_dir,
         "release": {p.stem: nbformat.read(p, as_version=4) for p in released},
-        "source": {p.stem: annotated(p) for p in NOTEBOOKS},
+        "source": {p.stem: derived_source(p) for p in NOTEBOOKS},
+        "exercises": {p.stem: exercises_of(p) for p in NOTEBOOKS},
         "stub": classroom.code_stub(),
     }
 
@@ -181,11 +186,11 @@ def graded(course, request):
         for item in request.session.items
         if "graded" in getattr(item, "fixturenames", ()) and "aid" in getattr(getattr(item, "callspec", None), "params", {})
     }
-    graded_ids = [aid for aid in IDS if aid in selected and classroom.exercises(course["source"][aid])]
+    graded_ids = [aid for aid in IDS if aid in selected and course["exercises"][aid]]
     states = {}
     for aid in graded_ids:
         states[aid] = {
-            ex.solution_id: learner_state(i, ex) for i, ex in enumerate(classroom.exercises(course["source"][aid]))
+            ex.solution_id: learner_state(i, ex) for i, ex in enumerate(course["exercises"][aid])
         }
     copies = {}
     for student in (REFERENCE, LEARNER):
@@ -193,11 +198,11 @@ def graded(course, request):
         shutil.copytree(course["dir"], copy, ignore=shutil.ignore_patterns("submitted", "autograded", "feedback"))
         for aid in graded_ids:
             wanted = (
-                {ex.solution_id: "reference" for ex in classroom.exercises(course["source"][aid])}
+                {ex.solution_id: "reference" for ex in course["exercises"][aid]}
                 if student == REFERENCE
                 else states[aid]
             )
-            nb = submission(course["release"][aid], course["source"][aid], wanted, course["stub"])
+            nb = submission(course["release"][aid], course["exercises"][aid], wanted, course["stub"])
             dest = copy / "submitted" / student / aid / f"{aid}.ipynb"
             dest.parent.mkdir(parents=True)
             nbformat.write(nb, dest)
@@ -229,7 +234,7 @@ def autograded(graded, student, aid):
 
 
 def needs_exercises(course, aid):
-    if not classroom.exercises(course["source"][aid]):
+    if not course["exercises"][aid]:
         pytest.skip(f"{aid} has no exercises: nothing to grade")
 
 
@@ -249,10 +254,11 @@ def shown_feedback(cell) -> str:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_committed_notebook_is_annotated(path):
-    assert not classroom.annotate_file(path, check=True), (
-        f"{path.name} is not annotated for the classroom: run "
-        f"`.venv/bin/python tools/classroom.py annotate {path.relative_to(REPO)}` then `make notebooks NB=...`"
+def test_committed_notebook_is_annotated_and_laid_out(path):
+    problems = classroom.annotate_file(path, check=True)
+    assert not problems, (
+        "\n".join(problems) + f"\n(annotate: `.venv/bin/python tools/classroom.py annotate {path.relative_to(REPO)}`"
+        f" then `make notebooks NB=...`)"
     )
 
 
@@ -260,97 +266,108 @@ def test_committed_notebook_is_annotated(path):
 def test_nbgrader_and_slide_metadata(path):
     from nbgrader.nbgraderformat import MetadataValidator
 
-    nb = annotated(path)
+    committed = nbformat.read(path, as_version=4)
+    for cell in committed.cells:
+        if classroom.is_reveal_cell(cell) or classroom.is_check_cell(cell):
+            assert cell.metadata["slideshow"]["slide_type"] == "skip", f"{cell.get('id')}: not for the slides"
+    nb = derived_source(path)
     validator = MetadataValidator()
     cells = nb.cells
+    exercises = {ex.solution_id: ex for ex in exercises_of(path)}
+    assert sum("nbgrader" in c.metadata for c in cells) == 2 * len(exercises)
     for i, cell in enumerate(cells):
         assert cell.metadata["slideshow"]["slide_type"] in ("slide", "subslide", "fragment", "skip", "notes", "-")
+        assert not classroom.is_reveal_cell(cell), "the derived source has no reveal cells"
         if "nbgrader" in cell.metadata:
             validator.validate_cell(cell)
-        if classroom.is_solution_cell(cell):
-            test = cells[i + 1]
+        if cell.get("id") in exercises:
+            ex, test = exercises[cell.get("id")], cells[i + 1]
+            assert classroom.is_solution_cell(cell) and cell.metadata["nbgrader"]["solution"]
             assert classroom.is_test_cell(test) and test.metadata["nbgrader"]["locked"]
             assert test.metadata["nbgrader"]["points"] > 0
             assert test.metadata["slideshow"]["slide_type"] == "skip"
-            assert cell.metadata["slideshow"]["slide_type"] == "subslide", "a worked solution is a sub-slide"
-            call = classroom.exercise_of(cell).check_call
-            assert src(test).endswith(f"_autograded = {call}.assert_passed()"), "the grader runs the learner's check"
+            assert src(cell).endswith(f"### {classroom.END}\n{ex.check_call}")
+            assert src(test).endswith(f"_autograded = {ex.check_call}.assert_passed()"), "the grader runs the learner's check"
         if classroom.is_widget_cell(cell):
             assert cell.metadata["slideshow"]["slide_type"] in ("slide", "subslide"), "a widget gets its own slide"
             assert cells[i + 1].metadata["slideshow"]["slide_type"] in ("slide", "subslide", "skip")
     assert cells[0].metadata["slideshow"]["slide_type"] == "slide"
 
 
-def test_annotate_inserts_updates_and_is_idempotent():
-    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+def _cell(kind, source, id, **meta):
+    from nbformat.v4 import new_code_cell, new_markdown_cell
 
-    def cell(kind, source, id, **meta):
-        c = (new_code_cell if kind == "code" else new_markdown_cell)(source)
-        c.id = id
-        c.metadata.update(meta)
-        return c
+    c = (new_code_cell if kind == "code" else new_markdown_cell)(source)
+    c.id = id
+    c.metadata.update(meta)
+    return c
 
-    nb = new_notebook(
+
+def _exercise_notebook(tmp_path, solution="answer = 3   # why 3\nex.check_one(answer, n=2)\n"):
+    (tmp_path / "solutions").mkdir(exist_ok=True)
+    (tmp_path / "solutions" / "01_one.py").write_text(solution)
+    return nbformat.v4.new_notebook(
         cells=[
-            cell("md", "# Title", "title"),
-            cell("code", "import x", "setup"),
-            cell("md", "## Try it", "try"),
-            cell("code", "# NBVAL_IGNORE_OUTPUT\nlive(f, n=(1, 3))", "w", autograd_lab={"twin": "t", "set": {"n": 2}}),
-            cell("code", "f(n=2)", "t"),
-            cell("md", "Text after the twin.", "after"),
-            cell("md", "### Exercise 1\n```python\n# not a heading\n```", "ex1-md"),
-            cell("code", "answer = ...\nex.check_one(answer)", "ex1"),
-            cell("code", "### BEGIN SOLUTION\nanswer = 3\n### END SOLUTION\nex.check_one(answer, n=2)", "ex1-solution"),
-            cell("md", "## Key takeaways", "end"),
+            _cell("md", "# Title", "title"),
+            _cell("code", "import x", "setup"),
+            _cell("md", "## Try it", "try"),
+            _cell("code", "live(f, n=(1, 3))", "w", autograd_lab={"twin": "t", "set": {"n": 2}}),
+            _cell("code", "f(n=2)", "t"),
+            _cell("md", "Text after the call.", "after"),
+            _cell("code", "assert f(n=2) == 4", "after-check", tags=["check"]),
+            _cell("md", "### Exercise 1\n```python\n# not a heading\n```", "ex1-md"),
+            _cell("code", "start = 1\nanswer = ...\nex.check_one(answer, n=2)", "ex1"),
+            _cell("code", classroom.reveal_source("solutions/01_one.py"), "ex1-reveal", tags=["solution-reveal"]),
+            _cell("md", "## Key takeaways", "end"),
         ]
     )
-    found = classroom.annotate(nb)
-    assert [(e.solution_id, e.test_id, e.check_call, e.answer_name) for e in found] == [
-        ("ex1-solution", "ex1-test", "ex.check_one(answer, n=2)", "answer")
-    ]
-    ids = [c.id for c in nb.cells]
-    assert ids[ids.index("ex1-solution") + 1] == "ex1-test"
+
+
+def test_annotate_is_idempotent_and_the_source_is_derived(tmp_path):
+    nb = _exercise_notebook(tmp_path)
+    classroom.annotate(nb)
     kinds = {c.id: c.metadata["slideshow"]["slide_type"] for c in nb.cells}
     assert kinds == {
         "title": "slide", "setup": "-", "try": "slide", "w": "subslide", "t": "subslide", "after": "subslide",
-        "ex1-md": "subslide", "ex1": "-", "ex1-solution": "subslide", "ex1-test": "skip", "end": "slide",
+        "after-check": "skip", "ex1-md": "subslide", "ex1": "-", "ex1-reveal": "skip", "end": "slide",
     }  # fmt: skip
-    test = nb.cells[ids.index("ex1-test")]
-    assert src(test).endswith("_autograded = ex.check_one(answer, n=2).assert_passed()")
-    assert test.metadata["nbgrader"]["points"] == 1 and test.metadata["nbgrader"]["locked"]
-
-    # Idempotent, keeps an instructor's points and the stored outputs of an unchanged test cell.
-    test.metadata["nbgrader"]["points"] = 3
-    test.outputs = [nbformat.v4.new_output("stream", text="kept")]
+    assert nb.cells[6].metadata["jupyter"]["source_hidden"], "a check cell is collapsed"
     before = nbformat.writes(nb)
     classroom.annotate(nb)
     assert nbformat.writes(nb) == before
+    assert classroom.structure_problems(nb, tmp_path) == []
 
-    # A changed check call updates the test (and drops its stale output); a removed exercise drops it.
-    sol = nb.cells[ids.index("ex1-solution")]
-    sol.source = sol.source.replace("n=2", "n=5")
-    classroom.annotate(nb)
-    test = next(c for c in nb.cells if c.id == "ex1-test")
-    assert src(test).endswith("_autograded = ex.check_one(answer, n=5).assert_passed()") and test.outputs == []
-    assert test.metadata["nbgrader"]["points"] == 3
-    sol.source = "answer = 3"
-    classroom.annotate(nb)
-    assert "ex1-test" not in [c.id for c in nb.cells] and "nbgrader" not in sol.metadata
+    (ex,) = classroom.exercises(nb, tmp_path)
+    assert (ex.solution_id, ex.test_id, ex.check_call, ex.answer_name) == ("ex1", "ex1-test", "ex.check_one(answer, n=2)", "answer")
+    assert ex.scaffold == "start = 1\nanswer = ..." and ex.region == "answer = 3   # why 3"
+    source = classroom.source_notebook(nb, tmp_path)
+    ids = [c.id for c in source.cells]
+    assert "ex1-reveal" not in ids and ids[ids.index("ex1") + 1] == "ex1-test"
+    assert src(source.cells[ids.index("ex1")]) == (
+        "start = 1\nanswer = ...\n### BEGIN SOLUTION\nanswer = 3   # why 3\n### END SOLUTION\nex.check_one(answer, n=2)"
+    )
+    assert src(source.cells[ids.index("ex1-test")]).endswith("_autograded = ex.check_one(answer, n=2).assert_passed()")
+    assert nbformat.writes(nb) == before, "deriving the source leaves the committed notebook as it was"
 
 
 @pytest.mark.parametrize(
-    "source, message",
+    "change, message",
     [
-        ("### BEGIN SOLUTION\nanswer = 1\n", "one '### BEGIN SOLUTION' line followed by one"),
-        ("### BEGIN SOLUTION\nanswer = 1\n### END SOLUTION\n", "must end with its check call"),
-        ("### BEGIN SOLUTION\nanswer = 1\n### END SOLUTION\nx = ex.check(answer)", "must end with its check call"),
+        (lambda nb, d: nb.cells.pop(9), "must be followed by its reveal cell"),
+        (lambda nb, d: (d / "solutions" / "01_one.py").unlink(), "which does not exist"),
+        (lambda nb, d: (d / "solutions" / "01_one.py").write_text("answer = 3\nex.check_one(answer)\n"), "must end with"),
+        (lambda nb, d: setattr(nb.cells[9], "source", "%load solutions/01_one.py"), "must read exactly"),
+        (lambda nb, d: nb.cells[9].metadata.update(nbgrader={"solution": True}), "belong in the derived source"),
+        (lambda nb, d: setattr(nb.cells[7], "source", "### BEGIN SOLUTION"), "reword it"),
+        (lambda nb, d: nb.cells.insert(2, _cell("code", classroom.reveal_source("solutions/01_one.py"), "x",
+                                                tags=["solution-reveal"])), "must follow an answer cell"),
     ],
-)
-def test_annotate_explains_a_malformed_solution_cell(source, message):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
-    nb.cells[0].id = "sol"
-    with pytest.raises(classroom.ClassroomError, match=re.escape(message)):
-        classroom.annotate(nb)
+)  # fmt: skip
+def test_annotate_check_names_what_is_out_of_place(tmp_path, change, message):
+    nb = _exercise_notebook(tmp_path)
+    change(nb, tmp_path)
+    problems = classroom.structure_problems(nb, tmp_path)
+    assert any(message in p for p in problems), problems
 
 
 # ------------------------------------------------------------------------------------ student release
@@ -358,15 +375,17 @@ def test_annotate_explains_a_malformed_solution_cell(source, message):
 
 @pytest.mark.parametrize("aid", IDS)
 def test_student_release_has_no_solution_and_no_output(course, aid):
-    release, source = course["release"][aid], course["source"][aid]
+    release = course["release"][aid]
     text = json.dumps(release)
     assert classroom.BEGIN not in text and classroom.END not in text
+    assert "%load" not in text and not any(classroom.is_reveal_cell(c) for c in release.cells)
     by_id = {c.get("id"): c for c in release.cells}
-    for ex in classroom.exercises(source):
+    for ex in course["exercises"][aid]:
         cell = by_id[ex.solution_id]
         assert course["stub"] in src(cell) and src(cell).rstrip().endswith(ex.check_call)
+        assert src(cell).startswith(ex.scaffold), f"the release keeps the exercise's own lines in {ex.solution_id}"
         for line in ex.region.splitlines():
-            if line.strip() and not line.strip().startswith("#"):
+            if line.strip() and not line.strip().startswith("#") and line.strip() not in ex.scaffold:
                 assert line.strip() not in src(cell), f"solution text left in {ex.solution_id}: {line.strip()!r}"
         assert ex.region.strip() not in text
         test = by_id[ex.test_id]
@@ -398,7 +417,7 @@ def global_names(code: str) -> tuple[set[str], set[str]]:
 def test_no_cell_outside_an_exercise_needs_its_solution(course, aid):
     """Names only a worked solution binds are read by no other cell (in the release that cell would fail)."""
     source = course["source"][aid]
-    exercises = {ex.solution_id: ex for ex in classroom.exercises(source)}
+    exercises = {ex.solution_id: ex for ex in course["exercises"][aid]}
     others = [
         c for c in source.cells
         if c.cell_type == "code" and c.get("id") not in exercises and not classroom.is_test_cell(c)
@@ -418,6 +437,7 @@ def test_reference_solutions_get_full_marks(course, graded, aid):
     needs_exercises(course, aid)
     score, max_score, cells = graded["scores"][REFERENCE, aid]
     assert max_score > 0 and score == max_score, f"{aid}: reference scored {score}/{max_score}: {cells}"
+    assert sorted(cells) == sorted(ex.test_id for ex in course["exercises"][aid]), "every solution file is graded"
     nb = autograded(graded, REFERENCE, aid)
     tagged = {c.get("id") for c in course["source"][aid].cells if "raises-exception" in c.metadata.get("tags", [])}
     for cell in nb.cells:
@@ -434,7 +454,7 @@ def test_wrong_answers_get_fewer_marks_and_the_hint(course, graded, aid):
     by_id = {c.get("id"): c for c in nb.cells}
     feedback_path = graded["copies"][LEARNER] / "feedback" / LEARNER / aid / f"{aid}.html"
     feedback = html.unescape(feedback_path.read_text())
-    for ex in classroom.exercises(course["source"][aid]):
+    for ex in course["exercises"][aid]:
         state = graded["states"][aid][ex.solution_id]
         assert cells[ex.test_id][0] == 0, f"{aid}: {state} answer in {ex.test_id} got {cells[ex.test_id]}"
         shown = shown_feedback(by_id[ex.solution_id])
@@ -456,7 +476,7 @@ def test_release_fails_only_in_exercise_cells_with_a_clear_message(course, grade
     needs_exercises(course, aid)
     nb = autograded(graded, LEARNER, aid)
     source = course["source"][aid]
-    tests = {ex.test_id for ex in classroom.exercises(source)}
+    tests = {ex.test_id for ex in course["exercises"][aid]}
     tagged = {c.get("id") for c in source.cells if "raises-exception" in c.metadata.get("tags", [])}
     for cell in nb.cells:
         if cell.cell_type != "code":
@@ -529,6 +549,9 @@ def test_handout_page(handout_dir, path):
     widgets = [c for c in nb.cells if classroom.is_widget_cell(c)]
     assert text.count('class="al-widget-note"') == len(widgets)
     assert "application/vnd.jupyter.widget-view+json" not in text
+    folded = text.count("Worked solution: try the exercise first, then click to show")
+    assert folded == len(exercises_of(path)), "every worked solution is on the page, folded"
+    assert "%load" not in text, "the handout shows the solutions themselves, not the reveal cells"
     raising = [c for c in nb.cells if "raises-exception" in c.metadata.get("tags", []) and errors(c)]
     assert text.count('class="al-expected-error"') == len(raising)
     graphs = sum("image/svg+xml" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)

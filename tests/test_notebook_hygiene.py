@@ -1,27 +1,81 @@
-"""Every notebook is stored the way the course promises: executed in order, clean, navigable."""
+"""Every notebook is stored the way the course promises: executed in order, clean, navigable, and with
+nothing in the learner's view that only the tests need.
 
+- no nbval marker comment in any source (nbval reads cell tags: ``nbval-ignore-output``,
+  ``raises-exception``, ``nbval-skip``); no nbgrader metadata (the classroom kit derives it);
+- no stored output shows an exercise's "Correct" feedback: the solutions are one deliberate step away;
+- every exercise is an answer cell followed by its reveal cell, which loads a solution file in
+  ``notebooks/solutions/`` ending with the same check call (tools/classroom.py reads that layout), and
+  every solution file belongs to an exercise;
+- a cell that only asserts is tagged ``check`` and collapsed; no visible cell is assert-only.
+"""
+
+import ast
+import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = REPO / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 ADDRESS = re.compile(r"object at 0x[0-9a-fA-F]+|\bat 0x[0-9a-fA-F]{6,}")
-MACHINE_PATH = re.compile(r"(/root/|/tmp/|/home/\w+/|/work/|site-packages)")
+MACHINE_PATH = re.compile(r"(/root/|/tmp/|/home/\w+/|/work/)")
+NBVAL_COMMENT = re.compile(r"^\s*#\s*(NBVAL_|PYTEST_VALIDATE_)", re.M)
+IGNORE_TAG = "nbval-ignore-output"
+
+_spec = importlib.util.spec_from_file_location("classroom_tool", REPO / "tools" / "classroom.py")
+classroom = sys.modules.get("classroom_tool") or importlib.util.module_from_spec(_spec)
+if "classroom_tool" not in sys.modules:
+    sys.modules["classroom_tool"] = classroom
+    _spec.loader.exec_module(classroom)
 
 
 def cells(path):
     return json.loads(path.read_text())["cells"]
 
 
+def source(cell) -> str:
+    return "".join(cell["source"])
+
+
+def tags(cell) -> list:
+    return cell["metadata"].get("tags", [])
+
+
+def only_asserts(code: str) -> bool:
+    """True when every statement of the cell is an assert (or a loop/branch/with holding only asserts)."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:  # an IPython magic: not an assert-only cell
+        return False
+
+    def asserts(stmts):
+        return bool(stmts) and all(
+            isinstance(s, ast.Assert)
+            or (isinstance(s, (ast.For, ast.If, ast.With)) and asserts(s.body) and (not getattr(s, "orelse", None) or asserts(s.orelse)))
+            for s in stmts
+        )
+
+    return asserts(body)
+
+
 def test_there_are_notebooks():
     assert NOTEBOOKS and NOTEBOOKS[0].name == "00_start_here.ipynb"
 
 
+def test_only_asserts_tells_checks_from_teaching():
+    assert only_asserts("# why\nassert a\nfor x in y:\n    assert x")
+    assert not only_asserts("assert a\nprint(a)") and not only_asserts("x = 1") and not only_asserts("%xmode Minimal")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_executed_top_to_bottom_in_one_fresh_kernel(path):
-    counts = [c["execution_count"] for c in cells(path) if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+    counts = [c["execution_count"] for c in cells(path) if c["cell_type"] == "code" and source(c).strip()]
     assert counts == list(range(1, len(counts) + 1)), f"{path.name}: re-run `make notebooks NB={path}`"
 
 
@@ -32,14 +86,12 @@ def test_no_stale_widget_state_no_errors_no_addresses_no_paths(path):
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":
             continue
-        src = "".join(cell["source"])
-        tags = cell["metadata"].get("tags", [])
         for out in cell.get("outputs", []):
             if out["output_type"] == "error":
-                assert "raises-exception" in tags, f"{path.name} cell {i}: error output in a cell not tagged raises-exception"
+                assert "raises-exception" in tags(cell), f"{path.name} cell {i}: error output in a cell not tagged raises-exception"
             text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
             text += "".join(out.get("traceback", []))
-            if "NBVAL_IGNORE_OUTPUT" not in src:
+            if IGNORE_TAG not in tags(cell):
                 assert not ADDRESS.search(text), f"{path.name} cell {i}: a memory address in a checked output"
             assert not MACHINE_PATH.search(text), f"{path.name} cell {i}: a machine path in an output"
 
@@ -51,18 +103,56 @@ def test_every_widget_has_a_checked_twin(path):
         meta = cell["metadata"].get("autograd_lab")
         if not meta:
             continue
-        src = "".join(cell["source"])
-        assert src.startswith("# NBVAL_IGNORE_OUTPUT"), f"{path.name}: widget cell {cell['id']} must be ignored by nbval"
+        assert IGNORE_TAG in tags(cell), f"{path.name}: widget cell {cell['id']} must carry the tag {IGNORE_TAG}"
         twin = by_id.get(meta["twin"])
         assert twin is not None, f"{path.name}: widget cell {cell['id']} names a missing twin {meta['twin']}"
-        twin_src = "".join(twin["source"])
-        assert "NBVAL_IGNORE_OUTPUT" not in twin_src, f"{path.name}: twin {meta['twin']} must be checked by nbval"
+        assert IGNORE_TAG not in tags(twin), f"{path.name}: twin {meta['twin']} must be checked by nbval"
         assert twin.get("outputs"), f"{path.name}: twin {meta['twin']} has no stored output"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_test_scaffolding_in_the_learners_view(path):
+    for cell in cells(path):
+        where = f"{path.name} cell {cell.get('id')!r}"
+        assert "nbgrader" not in cell["metadata"], f"{where}: nbgrader metadata (the classroom kit derives it)"
+        if cell["cell_type"] != "code":
+            continue
+        code = source(cell)
+        assert not NBVAL_COMMENT.search(code), f"{where}: an nbval comment; use the cell tag instead"
+        assert "%xmode" not in code, f"{where}: a traceback-mode switch in the learner's flow"
+        outputs = json.dumps(cell.get("outputs", []))
+        assert "al-correct" not in outputs and '"Correct: ' not in outputs, f"{where}: shows an exercise's solution"
+        hidden = cell["metadata"].get("jupyter", {}).get("source_hidden", False)
+        if only_asserts(code):
+            assert hidden and "check" in tags(cell), f"{where}: an assert-only cell must be tagged check and collapsed"
+        if "check" in tags(cell):
+            assert only_asserts(code) and not cell.get("outputs"), f"{where}: a check cell holds asserts only"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_has_its_reveal_cell_and_solution_file(path):
+    nb = nbformat.read(path, as_version=4)
+    assert classroom.structure_problems(nb, path.parent, path.name) == []
+    for ex in classroom.exercises(nb, path.parent, path.name):
+        answer = next(c for c in nb.cells if c.get("id") == ex.solution_id)
+        shown = "".join("".join(o.get("data", {}).get("text/plain", "")) for o in answer.outputs)
+        assert shown.startswith("Your turn"), f"{path.name} {ex.solution_id}: the stored feedback is not 'Your turn'"
+
+
+def test_every_solution_file_belongs_to_an_exercise():
+    used = set()
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        used |= {ex.solution_file.resolve() for ex in classroom.exercises(nb, path.parent, path.name)}
+    files = {p.resolve() for p in (NOTEBOOK_DIR / "solutions").glob("*")}
+    assert files == used, f"orphan solution files: {sorted(p.name for p in files - used)}"
+    for f in files:
+        assert re.fullmatch(r"\d\d_\w+\.py", f.name), f"{f.name}: solution files are named NN_<short>.py"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_links_to_course_map_and_between_notebooks_resolve(path):
-    text = "".join("".join(c["source"]) for c in cells(path) if c["cell_type"] == "markdown")
+    text = "".join(source(c) for c in cells(path) if c["cell_type"] == "markdown")
     for target in re.findall(r"\]\(([^)#\s]+\.ipynb)", text):
         assert (path.parent / target).exists(), f"{path.name} links to {target}, which does not exist"
     if path.name != "00_start_here.ipynb":

@@ -3,8 +3,9 @@
 
 Run from the repository root with the course's Python (``.venv/bin/python tools/classroom.py ...``):
 
-    annotate NOTEBOOK...          add what nbgrader and RISE read to the notebooks, in place (idempotent)
-    annotate --check NOTEBOOK...  change nothing; exit 1 and name every notebook that is not annotated
+    annotate NOTEBOOK...          add the RISE slide metadata to the notebooks, in place (idempotent)
+    annotate --check NOTEBOOK...  change nothing; exit 1 and name every notebook that is not annotated or
+                                  whose exercises are not laid out as below
     student NOTEBOOK...           the student release (nbgrader generate_assignment) -> build/student/,
                                   the nbgrader course it comes from (source, release, gradebook) -> build/nbgrader/
     handouts NOTEBOOK...          each executed notebook as one self-contained HTML page -> build/handouts/,
@@ -12,27 +13,30 @@ Run from the repository root with the course's Python (``.venv/bin/python tools/
     nbgrader ARGS...              any nbgrader command, run in the course (build/nbgrader) with this
                                   environment's tools on PATH, e.g. `nbgrader autograde 01_leaf_tensors`
 
-What ``annotate`` adds (everything is derived from the cells, so running it again changes nothing)
+One source for the learner and the class
 
-* Exercises. An exercise ends with its worked solution, a code cell whose answer sits between
-  ``### BEGIN SOLUTION`` and ``### END SOLUTION`` and which ends with the check call, e.g.
-  ``ex.check_leaves(answer)``. That cell becomes an nbgrader *solution* cell; right after it comes a
-  locked autograder *test* cell (id ``<exercise>-test``, 1 point unless its metadata already says
-  otherwise) that makes the very same call raise the learner's feedback:
+* An exercise in a committed notebook is two code cells after its prompt. The *answer cell* ends with the
+  check call (``answer = ...`` then ``ex.check_leaves(answer)``); its stored output is the "Your turn"
+  feedback. The *reveal cell* right after it (tag ``solution-reveal``) is two comment lines, the second
+  ``# %load solutions/01_leaves.py``: uncommented and run, IPython replaces the cell with that file, the
+  worked solution (``notebooks/solutions/``), which ends with the same check call. *Run All* therefore
+  never shows a solution nor overwrites the learner's answer.
+* The nbgrader *source* notebook is derived (``source_notebook``): the answer cell becomes the solution
+  cell (its lines before the check call, then the solution file between ``### BEGIN SOLUTION`` and
+  ``### END SOLUTION``, then the check call), the reveal cell gives way to a locked autograder *test* cell
+  (id ``<answer cell id>-test``, 1 point) that makes the very same call raise the learner's feedback:
   ``_autograded = ex.check_leaves(answer).assert_passed()`` (an assignment: it shows nothing when it passes;
-  a trailing ``;`` would not, under nbval, which runs cells outside IPython's history).
-  Grading and the feedback a learner reads therefore cannot disagree. The tool owns the ``nbgrader``
-  metadata: it removes it from any other cell.
+  a trailing ``;`` would not, under nbval, which runs cells outside IPython's history). Grading and the
+  feedback a learner reads therefore cannot disagree.
+* Cells that only hold checks for CI carry the tag ``check``; ``annotate`` keeps their source collapsed.
 * Slides (RISE, ``slideshow.slide_type``): one idea per slide. A markdown cell with a level 1-2 heading
   starts a slide, a deeper heading a sub-slide (reached by "down", or by space). Within a section, prose
   that follows code starts a sub-slide (the next step of the argument), except a short closing remark
   (at most 3 lines, last in its section), which stays with the output it interprets; a code cell after code
-  starts one when the slide already holds about 30 source lines. A widget cell gets a
-  sub-slide of its own, and so does what follows it (its checked twin). A worked solution is a sub-slide
-  (the class tries first); the autograder test cell is skipped. Everything else continues the slide before it.
-  Notebook metadata ``rise``: tall slides scroll, no transitions.
-
-After annotating, re-execute the notebooks (``make notebooks``) so that the new test cells have outputs.
+  starts one when the slide already holds about 30 source lines. A widget cell gets a sub-slide of its own,
+  and so does what follows it (the same function called without the widget). Reveal, check and autograder
+  cells are skipped. Everything else continues the slide before it. Notebook metadata ``rise``: tall
+  slides scroll, no transitions.
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ import argparse
 import ast
 import copy
 import html
-import json
 import os
 import re
 import shutil
@@ -62,6 +65,15 @@ TEST_SOURCE = (
     TEST_MARK + " (nbgrader, locked): the check above must pass; when it fails, its hint is the feedback.\n"
     "_autograded = {call}.assert_passed()"
 )
+REVEAL_TAG = "solution-reveal"
+CHECK_TAG = "check"  # a cell that only holds checks for CI: collapsed, skipped in slides
+REVEAL_SOURCE = (
+    '# Worked solution, once you have tried: delete the "# " before %load and run this cell; it fills with the '
+    "solution. Run it again to check it.\n"
+    "# %load {path}"
+)
+LOAD_LINE = re.compile(r"^#\s*%load\s+(\S+\.py)\s*$", re.M)
+CHECK_CALL = re.compile(r"^\w+\.check_\w+\(.*\)$")  # the last line of an answer cell: ex.check_leaves(answer)
 DEFAULT_POINTS = 1
 SCHEMA = 3
 LINES_PER_SLIDE = 30  # source lines; outputs come on top, and tall slides scroll
@@ -71,7 +83,7 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 class ClassroomError(Exception):
-    """A notebook the kit cannot annotate as it stands (the message says which cell and why)."""
+    """A notebook the kit cannot use as it stands (the message says which cell and why)."""
 
 
 # ----------------------------------------------------------------------------------------------- exercises
@@ -79,18 +91,42 @@ class ClassroomError(Exception):
 
 @dataclass
 class Exercise:
-    solution_id: str
+    solution_id: str  # the answer cell's id: in the nbgrader source it is the solution cell
     test_id: str
-    check_call: str  # the check call after ### END SOLUTION, e.g. "ex.check_leaves(answer)"
+    check_call: str  # the answer cell's last line, e.g. "ex.check_leaves(answer)"
     answer_name: str | None  # the variable the check reads ("answer"), when it is a plain name
-    region: str  # the reference answer: the lines between the delimiters
+    scaffold: str  # the answer cell's lines before the check call (what the learner starts from)
+    solution_file: Path
+    region: str  # the worked solution: the solution file without its final check call
 
 
 def _src(cell) -> str:
     return cell.source if isinstance(cell.source, str) else "".join(cell.source)
 
 
+def _tags(cell) -> list:
+    return cell.metadata.get("tags", [])
+
+
+def _last_line(source: str) -> str:
+    lines = [line for line in source.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def is_answer_cell(cell) -> bool:
+    return cell.cell_type == "code" and bool(CHECK_CALL.match(_last_line(_src(cell))))
+
+
+def is_reveal_cell(cell) -> bool:
+    return cell.cell_type == "code" and REVEAL_TAG in _tags(cell)
+
+
+def is_check_cell(cell) -> bool:
+    return cell.cell_type == "code" and CHECK_TAG in _tags(cell)
+
+
 def is_solution_cell(cell) -> bool:
+    """A cell with nbgrader's solution delimiters: in a derived source notebook, never in a committed one."""
     return cell.cell_type == "code" and BEGIN in _src(cell)
 
 
@@ -103,47 +139,68 @@ def is_widget_cell(cell) -> bool:
     return cell.cell_type == "code" and isinstance(meta, dict) and "twin" in meta
 
 
-def split_solution(source: str, where: str = "") -> tuple[list[str], list[str], list[str]]:
-    """(lines before, the solution region, lines after) of a worked-solution cell."""
-    lines = source.split("\n")
-    begins = [i for i, line in enumerate(lines) if BEGIN in line]
-    ends = [i for i, line in enumerate(lines) if END in line]
-    if len(begins) != 1 or len(ends) != 1 or not begins[0] < ends[0]:
-        raise ClassroomError(f"{where}: expected one '### {BEGIN}' line followed by one '### {END}' line")
-    b, e = begins[0], ends[0]
-    return lines[:b], lines[b + 1 : e], lines[e + 1 :]
+def reveal_source(solution: str) -> str:
+    """The reveal cell for a solution file named relative to the notebook, e.g. 'solutions/01_leaves.py'."""
+    return REVEAL_SOURCE.format(path=solution)
 
 
-def _test_id(solution_id: str) -> str:
-    base = solution_id[: -len("-solution")] if solution_id.endswith("-solution") else solution_id
-    return f"{base}-test"
+def _answer_name(call: str) -> str | None:
+    node = ast.parse(call, mode="eval").body
+    first = node.args[0] if isinstance(node, ast.Call) and node.args else None
+    return first.id if isinstance(first, ast.Name) else None
 
 
-def exercise_of(cell, where: str = "") -> Exercise:
-    """Parse a worked-solution cell: its region and the check call that ends it."""
-    where = f"{where} cell {cell.get('id')!r}"
-    _, region, after = split_solution(_src(cell), where)
-    tail = "\n".join(after).strip()
-    try:
-        tree = ast.parse(tail)
-    except SyntaxError as err:
-        raise ClassroomError(f"{where}: the code after '### {END}' is not plain Python ({err.msg})") from None
-    last = tree.body[-1] if tree.body else None
-    if not (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)):
-        raise ClassroomError(
-            f"{where}: a worked solution must end with its check call after '### {END}', e.g. ex.check_x(answer)"
-        )
-    call = ast.get_source_segment(tail, last.value)
-    first = last.value.args[0] if last.value.args else None
-    name = first.id if isinstance(first, ast.Name) else None
-    cell_id = cell.get("id")
-    if not cell_id:
+def exercise_of(answer, reveal, root: Path, where: str = "") -> Exercise:
+    """Read one exercise: its answer cell, its reveal cell and the solution file that cell loads."""
+    where = f"{where} cell {answer.get('id')!r}"
+    if reveal is None or not is_reveal_cell(reveal):
+        raise ClassroomError(f"{where}: an answer cell must be followed by its reveal cell (tag {REVEAL_TAG!r})")
+    load = LOAD_LINE.search(_src(reveal))
+    if load is None or _src(reveal).strip() != reveal_source(load.group(1)):
+        raise ClassroomError(f"{where}: its reveal cell must read exactly {reveal_source('solutions/NN_x.py')!r}")
+    path = root / load.group(1)
+    if not path.is_file():
+        raise ClassroomError(f"{where}: its reveal cell loads {load.group(1)}, which does not exist")
+    call = _last_line(_src(answer))
+    solution = path.read_text().rstrip()
+    if _last_line(solution) != call:
+        raise ClassroomError(f"{where}: {load.group(1)} must end with the answer cell's check call {call!r}")
+    if not answer.get("id"):
         raise ClassroomError(f"{where}: cells need ids (nbformat 4.5); re-save the notebook with nbformat >= 5.1")
-    return Exercise(cell_id, _test_id(cell_id), call, name, "\n".join(region))
+    scaffold = _src(answer).rstrip()[: -len(call)].rstrip()
+    region = solution[: -len(call)].rstrip()
+    return Exercise(answer.id, f"{answer.id}-test", call, _answer_name(call), scaffold, path, region)
 
 
-def exercises(nb, where: str = "") -> list[Exercise]:
-    return [exercise_of(c, where) for c in nb.cells if is_solution_cell(c)]
+def exercises(nb, root: Path, where: str = "") -> list[Exercise]:
+    """The exercises of a committed notebook whose solution files lie under ``root`` (its folder)."""
+    cells = nb.cells
+    return [
+        exercise_of(cell, cells[i + 1] if i + 1 < len(cells) else None, root, where)
+        for i, cell in enumerate(cells)
+        if is_answer_cell(cell)
+    ]
+
+
+def structure_problems(nb, root: Path, where: str = "notebook") -> list[str]:
+    """What keeps a committed notebook from the layout above (empty when it follows it)."""
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        before = nb.cells[i - 1] if i else None
+        if is_reveal_cell(cell) and (before is None or not is_answer_cell(before)):
+            problems.append(f"{where} cell {cell.get('id')!r}: a reveal cell must follow an answer cell")
+        if is_solution_cell(cell) or is_test_cell(cell) or "nbgrader" in cell.metadata:
+            problems.append(f"{where} cell {cell.get('id')!r}: nbgrader cells belong in the derived source only")
+        if cell.cell_type == "markdown" and (BEGIN in _src(cell) or END in _src(cell)):
+            problems.append(
+                f"{where} cell {cell.get('id')!r}: markdown mentions '{BEGIN}'/'{END}', which nbgrader "
+                "would take for a solution region; reword it"
+            )
+    try:
+        exercises(nb, root, where)
+    except ClassroomError as err:
+        problems.append(str(err))
+    return problems
 
 
 def _solution_meta(grade_id: str) -> dict:
@@ -178,38 +235,43 @@ def _heading_level(source: str) -> int | None:
     return level
 
 
+def _skipped(cell) -> bool:
+    return is_reveal_cell(cell) or is_check_cell(cell) or is_test_cell(cell)
+
+
 def slide_types(cells) -> list[str]:
     types = []
     new_sub = False  # the previous cell asks the next one to start a sub-slide
     lines = 0  # source lines on the current (sub-)slide so far
+    prev = None  # the last cell shown in the slides
     for i, cell in enumerate(cells):
+        if i and _skipped(cell):
+            types.append("skip")
+            continue
         level = _heading_level(_src(cell)) if cell.cell_type == "markdown" else None
         height = len(_src(cell).strip().splitlines()) + 1
         if i == 0 or (level is not None and level <= 2):
             kind = "slide"
         elif level is not None:
             kind = "subslide"
-        elif is_test_cell(cell):
-            types.append("skip")
-            new_sub = True
-            continue
-        elif is_widget_cell(cell) or is_solution_cell(cell) or new_sub:
+        elif is_widget_cell(cell) or new_sub:
             kind = "subslide"
-        elif cell.cell_type == "markdown" and cells[i - 1].cell_type == "code" and not _closing_remark(cells, i):
+        elif cell.cell_type == "markdown" and prev.cell_type == "code" and not _closing_remark(cells, i):
             kind = "subslide"  # new prose after code: the next step of the argument
-        elif cell.cell_type == "code" and cells[i - 1].cell_type == "code" and lines + height > LINES_PER_SLIDE:
+        elif cell.cell_type == "code" and prev.cell_type == "code" and lines + height > LINES_PER_SLIDE:
             kind = "subslide"  # a long run of code: the projector shows about this many lines
         else:
             kind = "-"
         types.append(kind)
         lines = height if kind in ("slide", "subslide") else lines + height
         new_sub = is_widget_cell(cell) or _is_twin(cells, cell)
+        prev = cell
     return types
 
 
 def _closing_remark(cells, i) -> bool:
     """A short markdown cell that ends its section: it stays with the output it interprets."""
-    nxt = cells[i + 1] if i + 1 < len(cells) else None
+    nxt = next((c for c in cells[i + 1 :] if not _skipped(c)), None)
     ends = nxt is None or (nxt.cell_type == "markdown" and _heading_level(_src(nxt)) is not None)
     return ends and len(_src(cells[i]).strip().splitlines()) <= 3
 
@@ -221,61 +283,60 @@ def _is_twin(cells, cell) -> bool:
 # -------------------------------------------------------------------------------------------- annotate
 
 
-def annotate(nb, where: str = "notebook") -> list[Exercise]:
-    """Add the nbgrader and slide metadata to ``nb`` in place; return its exercises."""
+def annotate(nb, where: str = "notebook") -> None:
+    """Add the slide metadata to a committed notebook in place, and collapse its check cells."""
     for cell in nb.cells:
-        if cell.cell_type == "markdown" and (BEGIN in _src(cell) or END in _src(cell)):
-            raise ClassroomError(
-                f"{where} cell {cell.get('id')!r}: markdown mentions '{BEGIN}'/'{END}', which nbgrader "
-                "would take for a solution region; reword it"
-            )
-    old_tests = {c.get("id"): c for c in nb.cells if is_test_cell(c)}
-    found = []
-    cells = []
-    for cell in nb.cells:
-        if is_test_cell(cell):
-            continue  # re-attached right after its solution below (a stale one disappears)
         cell.metadata.pop("nbgrader", None)
-        cells.append(cell)
-        if not is_solution_cell(cell):
-            continue
-        ex = exercise_of(cell, where)
-        found.append(ex)
-        cell.metadata["nbgrader"] = _solution_meta(ex.solution_id)
-        test = old_tests.get(ex.test_id)
-        source = TEST_SOURCE.format(call=ex.check_call)
-        if test is None:
-            test = nbformat.v4.new_code_cell(source)
-            test.id = ex.test_id
-        elif _src(test) != source:
-            test.source = source
-            test.outputs, test.execution_count = [], None  # stale output: the hygiene test asks for a re-run
-        points = test.metadata.get("nbgrader", {}).get("points", DEFAULT_POINTS)
-        test.metadata["nbgrader"] = _test_meta(ex.test_id, points)
-        cells.append(test)
-    ids = [c.get("id") for c in cells]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise ClassroomError(f"{where}: duplicate cell ids {dup} (a test id is <exercise>-test)")
-    nb.cells = cells
-    for cell, kind in zip(cells, slide_types(cells)):
+        if is_check_cell(cell):
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+    for cell, kind in zip(nb.cells, slide_types(nb.cells)):
         cell.metadata["slideshow"] = {"slide_type": kind}
     nb.metadata["rise"] = dict(RISE)
-    return found
 
 
-def annotate_file(path: Path, check: bool = False) -> bool:
-    """Annotate one notebook file; True when it changed (with check=True: would change)."""
+def annotate_file(path: Path, check: bool = False) -> list[str]:
+    """Annotate one notebook file; return what is (with check=True: would be) wrong with it, empty when nothing."""
     before = path.read_text()
     nb = nbformat.reads(before, as_version=4)
     annotate(nb, path.name)
     after = nbformat.writes(nb) + "\n"
-    changed = after.rstrip("\n") != before.rstrip("\n")
-    if changed and not check:
-        nbformat.validate(nb)
-        nbformat.write(nb, path)
-    return changed
+    problems = structure_problems(nb, path.parent, path.name)
+    if after.rstrip("\n") != before.rstrip("\n"):
+        if check:
+            problems.insert(0, f"{path}: not annotated: run tools/classroom.py annotate {path}")
+        else:
+            nbformat.validate(nb)
+            nbformat.write(nb, path)
+    return problems
 
+
+def source_notebook(nb, root: Path, where: str = "notebook"):
+    """The nbgrader source of a committed notebook: answers as solution cells, reveal cells as locked tests."""
+    nb = copy.deepcopy(nb)
+    annotate(nb, where)
+    found = {ex.solution_id: ex for ex in exercises(nb, root, where)}
+    cells = []
+    for cell in nb.cells:
+        if is_reveal_cell(cell):
+            continue
+        cells.append(cell)
+        ex = found.get(cell.get("id"))
+        if ex is None:
+            continue
+        parts = [ex.scaffold, f"### {BEGIN}", ex.region, f"### {END}", ex.check_call]
+        cell.source = "\n".join(p for p in parts if p)
+        cell.metadata["nbgrader"] = _solution_meta(ex.solution_id)
+        test = nbformat.v4.new_code_cell(TEST_SOURCE.format(call=ex.check_call))
+        test.id = ex.test_id
+        test.metadata["nbgrader"] = _test_meta(ex.test_id, DEFAULT_POINTS)
+        test.metadata["slideshow"] = {"slide_type": "skip"}
+        cells.append(test)
+    ids = [c.get("id") for c in cells]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ClassroomError(f"{where}: duplicate cell ids {dup} (a test id is <answer cell id>-test)")
+    nb.cells = cells
+    return nb
 
 # --------------------------------------------------------------------------------------------- student
 
@@ -310,13 +371,12 @@ def assignment_id(path: Path) -> str:
 
 
 def setup_course(notebooks: list[Path], course: Path) -> list[str]:
-    """An nbgrader course directory with one assignment per notebook, its source annotated."""
+    """An nbgrader course directory with one assignment per notebook, its source derived (source_notebook)."""
     course.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(KIT / "nbgrader_config.py", course / "nbgrader_config.py")
     ids = []
     for path in notebooks:
-        nb = nbformat.read(path, as_version=4)
-        annotate(nb, path.name)  # a no-op on annotated notebooks; lets a draft be released too
+        nb = source_notebook(nbformat.read(path, as_version=4), path.parent, path.name)
         aid = assignment_id(path)
         src = course / "source" / aid
         src.mkdir(parents=True, exist_ok=True)
@@ -434,48 +494,54 @@ def render_math(markdown: str) -> tuple[str, bool]:
     return text, left
 
 
-def handout_notebook(nb):
-    """The notebook as a handout shows it: widgets through their twins, expected errors labelled,
-    links to the other notebooks pointing at their pages, maths drawn as SVG.
+def handout_notebook(nb, root: Path):
+    """The notebook as a handout shows it: check cells left out, worked solutions folded in from their files,
+    widgets through their fixed-input calls, expected errors labelled, links to the other notebooks pointing
+    at their pages, maths drawn as SVG.
 
     Returns (notebook, whether some formula still needs MathJax)."""
     nb = copy.deepcopy(nb)
     needs_mathjax = False
-    nb.cells = [c for c in nb.cells if not is_test_cell(c)]  # grader plumbing, without output
-    for cell in nb.cells:
+    solutions = {ex.solution_id: ex for ex in exercises(nb, root)}
+    nb.cells = [c for c in nb.cells if not is_check_cell(c)]  # CI's checks: no output, nothing to read
+    for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             text, left = render_math(_link_to_html(_src(cell)))
             cell.source, needs_mathjax = text, needs_mathjax or left
-            continue
-        if cell.cell_type != "code":
-            continue
-        cell.source = re.sub(r"^# NBVAL_\w+[ \t]*\n?", "", _src(cell), flags=re.M)  # nbval's markers: test plumbing
-        if is_solution_cell(cell):
+        elif is_reveal_cell(cell):
+            ex = solutions[nb.cells[i - 1].get("id")]
+            cell.source = ex.solution_file.read_text().rstrip()
             cell.metadata["al_handout"] = "solution"  # the page folds it under "Worked solution"
-        if is_widget_cell(cell):
-            meta = cell.metadata["autograd_lab"]
-            note = (
-                '<div class="al-widget-note"><b>Live widget.</b> In a running notebook these controls redraw the output. '
-                f"Here, without a kernel, the next code cell shows what the widget shows at "
-                f"<code>{html.escape(_format_set(meta.get('set', {})))}</code>.</div>"
-            )
-            cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": note})]
-            continue
-        outputs = []
-        for out in cell.get("outputs", []):
-            if out.output_type == "error" and "raises-exception" in cell.metadata.get("tags", []):
-                msg = f"{out.ename}: {out.evalue}"
-                block = (
-                    '<div class="al-expected-error"><b>This cell raises an error on purpose</b> '
-                    f"(the text explains why):<pre>{html.escape(msg)}</pre></div>"
-                )
-                outputs.append(nbformat.v4.new_output("display_data", data={"text/html": block}))
-            elif out.output_type in ("display_data", "execute_result") and WIDGET_MIME in out.get("data", {}):
-                continue
-            else:
-                outputs.append(out)
-        cell.outputs = outputs
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+            cell.outputs = []
+        elif cell.cell_type == "code":
+            cell.outputs = _handout_outputs(cell)
     return nb, needs_mathjax
+
+
+def _handout_outputs(cell) -> list:
+    if is_widget_cell(cell):
+        meta = cell.metadata["autograd_lab"]
+        note = (
+            '<div class="al-widget-note"><b>Live widget.</b> In a running notebook these controls redraw the output. '
+            f"Here, without a kernel, the next code cell shows what the widget shows at "
+            f"<code>{html.escape(_format_set(meta.get('set', {})))}</code>.</div>"
+        )
+        return [nbformat.v4.new_output("display_data", data={"text/html": note})]
+    outputs = []
+    for out in cell.get("outputs", []):
+        if out.output_type == "error" and "raises-exception" in _tags(cell):
+            msg = f"{out.ename}: {out.evalue}"
+            block = (
+                '<div class="al-expected-error"><b>This cell raises an error on purpose</b> '
+                f"(the text explains why):<pre>{html.escape(msg)}</pre></div>"
+            )
+            outputs.append(nbformat.v4.new_output("display_data", data={"text/html": block}))
+        elif out.output_type in ("display_data", "execute_result") and WIDGET_MIME in out.get("data", {}):
+            continue
+        else:
+            outputs.append(out)
+    return outputs
 
 
 def notebook_title(nb, fallback: str) -> str:
@@ -491,7 +557,7 @@ def notebook_title(nb, fallback: str) -> str:
 def render_handout(path: Path, nav: str) -> str:
     from nbconvert import HTMLExporter
 
-    nb, needs_mathjax = handout_notebook(nbformat.read(path, as_version=4))
+    nb, needs_mathjax = handout_notebook(nbformat.read(path, as_version=4), path.parent)
     exporter = HTMLExporter(
         template_name="handout", extra_template_basedirs=[str(KIT)], theme="light", embed_images=True
     )
@@ -543,8 +609,10 @@ def _paths(names: list[str]) -> list[Path]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("annotate", help="add nbgrader and slide metadata to the notebooks (idempotent)")
-    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook is not annotated")
+    p = sub.add_parser("annotate", help="add the slide metadata to the notebooks (idempotent)")
+    p.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if a notebook is not annotated or not laid out"
+    )
     p.add_argument("notebooks", nargs="+")
     p = sub.add_parser("student", help="the student release of every notebook (nbgrader generate_assignment)")
     p.add_argument("--course", type=Path, default=BUILD / "nbgrader", help="the nbgrader course directory")
@@ -565,13 +633,10 @@ def main(argv=None) -> int:
     paths = _paths(args.notebooks)
     try:
         if args.cmd == "annotate":
-            changed = [p for p in paths if annotate_file(p, check=args.check)]
-            for p in changed:
-                print(f"{p}: {'not annotated: run tools/classroom.py annotate' if args.check else 'annotated'}")
-            if args.check:
-                return 1 if changed else 0
-            if changed:
-                print("now re-execute them: make notebooks")
+            problems = [line for p in paths for line in annotate_file(p, check=args.check)]
+            for line in problems:
+                print(line)
+            return 1 if problems else 0
         elif args.cmd == "student":
             for p in generate(paths, args.course.resolve(), args.out.resolve()):
                 print(f"student release: {p.relative_to(REPO) if p.is_relative_to(REPO) else p}")

@@ -10,13 +10,14 @@ c = get_config()  # noqa: F821 (nbgrader provides it)
 c.CourseDirectory.course_id = "autograd-lab"
 
 # What replaces each worked solution (the lines between ### BEGIN SOLUTION and ### END SOLUTION) in the
-# student release. The cell keeps its check call, so it shows the learner's feedback; nothing here raises:
-# the locked autograder test cell below it fails, with the check's own message ("Your turn: replace the
-# ... with ...", or "Not yet: <hint>"), until the answer is right.
+# student release. The cell keeps the exercise's own lines above it (``answer = ...``) and its check call
+# below, so it shows the learner's feedback; nothing here raises: the locked autograder test cell below it
+# fails, with the check's own message ("Your turn: replace the ... with ...", or "Not yet: <hint>"), until
+# the answer is right.
 c.ClearSolutions.code_stub = {
     "python": (
-        "# YOUR ANSWER: replace the ... in the exercise cell above and run it (or write `answer = ...` here),\n"
-        "# then run this cell: it shows the check's feedback. The locked cell below grades the same check."
+        "# YOUR ANSWER goes above: replace the ... and run this cell; the line below shows the check's feedback.\n"
+        "# The locked cell after this one grades the same check."
     )
 }
 
