@@ -2,7 +2,6 @@
 
 import ipywidgets as W
 import pytest
-
 from autograd_lab import live
 from autograd_lab.widgets import control_for
 

@@ -147,7 +147,7 @@ class Timing:
         return f"{self.label or 'call'}: {self.median * 1e3:.3f} ms (median of {self.runs})"
 
 
-def _positive_seconds(name: str, value) -> float:
+def check_seconds(name: str, value) -> float:
     """``value`` as a finite, positive number of seconds, or an error naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a number of seconds, e.g. 0.2; got {type(value).__name__} {value!r}.")
@@ -164,7 +164,7 @@ def time_call(fn, *, min_run_time: float = 0.2, label: str = "", threads: int | 
     """
     if not callable(fn):
         raise TypeError(f"time_call expects a function taking no arguments, got {type(fn).__name__}.")
-    min_run_time = _positive_seconds("min_run_time", min_run_time)
+    min_run_time = check_seconds("min_run_time", min_run_time)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}.")
     if not isinstance(label, str):
@@ -186,7 +186,8 @@ def time_call(fn, *, min_run_time: float = 0.2, label: str = "", threads: int | 
 class _MallInfo2(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                     "keepcost")
     ]
 
 
