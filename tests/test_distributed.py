@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from autograd_lab import distributed as dl
 from autograd_lab.exercises import accumulation_across_processes as ex
 
@@ -353,3 +352,143 @@ def test_run_button_shows_a_failure_instead_of_raising():
     button, _, status = _wait(box)
     assert got == [] and not button.disabled
     assert "failed" in status.value and "did not finish within 1 s" in status.value and "more" not in status.value
+
+
+# --------------------------------------------------------------------------- the launcher survives its caller
+
+
+def _wait_for(predicate, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return predicate()
+
+
+def _folders_of(pid: int) -> list:
+    """The run folders in the temporary directory whose recorded owner is ``pid``."""
+    import tempfile
+
+    found = []
+    for work in Path(tempfile.gettempdir()).glob(f"{dl.WORK_PREFIX}*"):
+        try:
+            if json.loads((work / dl.OWNER_FILE).read_text())[0] == pid:
+                found.append(work)
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+HANGING_RANKS = (
+    "import os, signal, sys, time\n"
+    "if os.environ['RANK'] == '1':\n"
+    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # deaf to the polite stop\n"
+    "open(os.path.join(sys.argv[2], 'pid%s' % os.environ['RANK']), 'w').write(str(os.getpid()))\n"
+    "time.sleep(600)\n")
+
+
+@needs_proc
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_a_killed_caller_takes_its_run_and_folder_with_it(tmp_path):
+    import signal
+    import subprocess
+
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_RANKS)
+    marker = f"lab-test-{uuid.uuid4().hex}"
+    caller = subprocess.Popen([sys.executable, "-c", (
+        "import sys\nfrom autograd_lab import distributed as dl\n"
+        f"dl.torchrun({str(script)!r}, {marker!r}, {str(tmp_path)!r}, nproc=2, timeout=300)\n")])
+    try:
+        assert _wait_for(lambda: all((tmp_path / f"pid{r}").exists() for r in (0, 1)), 60), "ranks never started"
+        assert _marker_processes(marker) and _folders_of(caller.pid)
+    finally:
+        caller.send_signal(signal.SIGKILL)  # no finally, no atexit: only the guard can clean up
+        caller.wait()
+    assert _no_process_left(marker, within=dl.GRACE_S + dl.KILL_WAIT_S + 5) == []
+    assert _wait_for(lambda: not _folders_of(caller.pid), 5), _folders_of(caller.pid)
+
+
+@needs_proc
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_detached_and_short_lived_children_of_a_rank_are_stopped(tmp_path):
+    script = tmp_path / "detach.py"
+    script.write_text(
+        "import json, os, subprocess, sys\n"
+        "sleeper = [sys.executable, '-c', 'import time; time.sleep(600)', sys.argv[1]]\n"
+        "subprocess.Popen(sleeper, start_new_session=True)          # setsid\n"
+        "subprocess.Popen(['sh', '-c', '\"$@\" &', 'sh', *sleeper])   # double fork: the sh exits at once\n"
+        "path = os.path.join(os.environ['LAB_RESULTS'], 'rank%s.json' % os.environ['RANK'])\n"
+        "json.dump({'rank': int(os.environ['RANK'])}, open(path, 'w'))\n")
+    marker = f"lab-test-{uuid.uuid4().hex}"
+    run = dl.torchrun(script, marker, nproc=2, timeout=60)
+    assert [r["rank"] for r in run.ranks] == [0, 1]
+    assert _no_process_left(marker) == []
+
+
+@needs_proc
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_rank_ended_by_a_signal_is_reported_by_name_with_its_last_output(tmp_path):
+    script = tmp_path / "abort.py"
+    script.write_text(
+        "import os, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    print('step 3 of 5, about to abort', flush=True)\n"
+        "    os.abort()\n"
+        "time.sleep(600)\n")
+    with pytest.raises(dl.DistributedRunError) as info:
+        dl.torchrun(script, nproc=2, timeout=60)
+    err = info.value
+    assert err.rank == 1 and "killed by SIGABRT" in str(err)
+    assert "about to abort" in err.tail
+
+
+@needs_proc
+def test_a_stale_run_is_cleaned_at_the_next_start(tmp_path):
+    import subprocess
+    import tempfile
+
+    import psutil
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_start = psutil.Process(dead.pid).create_time()
+    dead.wait()
+    run_id = uuid.uuid4().hex
+    work = Path(tempfile.mkdtemp(prefix=f"{dl.WORK_PREFIX}{run_id}-"))
+    (work / dl.OWNER_FILE).write_text(json.dumps([dead.pid, dead_start]))
+    marker = f"lab-test-{uuid.uuid4().hex}"
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker],
+                              env={**os.environ, dl.RUN_ENV: run_id}, start_new_session=True)
+    mine = Path(tempfile.mkdtemp(prefix=f"{dl.WORK_PREFIX}{uuid.uuid4().hex}-"))
+    (mine / dl.OWNER_FILE).write_text(json.dumps([os.getpid(), psutil.Process().create_time()]))
+    try:
+        dl._clean_stale_runs()
+        assert not work.exists() and orphan.wait(timeout=10) is not None
+        assert mine.exists()  # its owner (this process) still lives
+    finally:
+        orphan.kill()
+        orphan.wait()
+        import shutil
+
+        shutil.rmtree(mine, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_run_button_shows_a_failing_on_done_and_can_run_again():
+    calls = []
+
+    def on_done(result):
+        calls.append(result)
+        if len(calls) == 1:
+            raise KeyError("no such mode")
+
+    box = dl.run_button(lambda: "fresh", on_done, expected_s=1.0)
+    box.children[0].click()
+    button, bar, status = _wait(box)
+    assert not button.disabled and bar.layout.visibility == "hidden"
+    assert "failed showing the run" in status.value and "KeyError" in status.value
+    button.click()
+    button, _, status = _wait(box)
+    assert calls == ["fresh", "fresh"] and "done" in status.value
