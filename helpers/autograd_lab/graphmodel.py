@@ -80,6 +80,9 @@ def _pairs(mapping, argument: str, example: str):
         )
     pairs = []
     for pair in items:
+        if isinstance(pair, torch.Tensor):
+            raise TypeError(f"{argument} must hold (name, tensor) pairs; got a tensor without a name. "
+                            f"Write {argument}={example}.")
         try:
             name, tensor = pair
         except (TypeError, ValueError):
