@@ -10,9 +10,9 @@ these counts against what the hook recorded.
 
 from __future__ import annotations
 
-import numbers
+import math
 
-from . import Feedback, correct, is_unanswered, malformed, unanswered, wrong
+from . import Feedback, as_int, as_number, close, correct, is_unanswered, malformed, never_raises, unanswered, wrong
 
 __all__ = ["check_backward_only_count", "check_first_sync", "check_loss_divisor", "expected_calls"]
 
@@ -30,17 +30,22 @@ def expected_calls(k: int, mode: str, buckets: int = 1) -> int:
     raise ValueError(f"unknown mode {mode!r}")
 
 
-def _as_count(answer):
-    if isinstance(answer, bool) or not isinstance(answer, numbers.Integral):
+def _as_bool(answer):
+    """True or False from a bool, a numpy bool or a one-element bool tensor; None for anything else."""
+    if isinstance(answer, bool):
+        return answer
+    if str(getattr(answer, "dtype", "")) not in ("bool", "torch.bool"):
         return None
-    return int(answer)
+    items = answer.reshape(-1).tolist()
+    return bool(items[0]) if len(items) == 1 else None
 
 
+@never_raises
 def check_backward_only_count(answer, k: int = 8) -> Feedback:
     """Exercise 1: forward outside ``no_sync()``, backward inside it for all but the last micro-batch."""
     if is_unanswered(answer):
         return unanswered("a whole number: the all-reduce calls per update on one rank")
-    count = _as_count(answer)
+    count = as_int(answer)
     if count is None:
         return malformed(f"give a whole number such as 3, not {type(answer).__name__} {answer!r}.")
     right = expected_calls(k, "no_sync() on backward only")
@@ -62,15 +67,15 @@ def check_backward_only_count(answer, k: int = 8) -> Feedback:
                  "how many are there?")
 
 
+@never_raises
 def check_first_sync(answer, k: int = 8) -> Feedback:
     """Exercise 2: ``no_sync()`` everywhere except the first micro-batch. Answer ``(calls, ranks_agree)``."""
     if is_unanswered(answer):
         return unanswered("a pair (calls, ranks_agree), e.g. (3, True)")
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
         return malformed("give a pair: (all-reduce calls per update on one rank, True or False), e.g. (3, True).")
-    calls, agree = answer
-    calls = _as_count(calls)
-    if calls is None or not isinstance(agree, bool):
+    calls, agree = as_int(answer[0]), _as_bool(answer[1])
+    if calls is None or agree is None:
         return malformed("the pair holds a whole number and a bool, e.g. (3, True).")
     if calls == 1 and agree is False:
         return correct("one all-reduce, as with a correct no_sync() loop -- but at the first micro-batch. It "
@@ -84,23 +89,31 @@ def check_first_sync(answer, k: int = 8) -> Feedback:
                  f"to the gradients of micro-batches 2 to {k}, added on each rank after it?")
 
 
+@never_raises
 def check_loss_divisor(answer, world: int = 2, k: int = 4) -> Feedback:
     """Exercise 3: what each micro-batch's mean loss is divided by under DDP, equal-sized micro-batches."""
     if is_unanswered(answer):
         return unanswered("a number: what each micro-batch's mean loss is divided by")
-    if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
+    value = as_number(answer)
+    if value is None:
         return malformed(f"give a number such as 3, not {type(answer).__name__} {answer!r}.")
-    if answer == k:
+    if not math.isfinite(value):
+        return malformed(f"give a finite number such as 3, not {value}.")
+    if close(value, 1 / k):
+        return wrong(f"{value:g} is 1 / {k}: that is the factor each loss is multiplied by. The question asks for the "
+                     "divisor: what do you divide each micro-batch's loss by?")
+    answer = value
+    if close(answer, k):
         return correct(f"divide by k = {k}: the sum of the k scaled micro-batch losses on a rank is that rank's "
                        f"mean, and DDP's all-reduce divides the sum over the {world} ranks by the world size. "
                        f"Together: the mean over all {world * k} equal micro-batches, the full-batch mean.")
-    if answer == world * k:
+    if close(answer, world * k):
         return wrong(f"DDP's all-reduce already divides by the world size ({world}); dividing by world * k "
                      f"as well makes the gradient {world} times too small.")
-    if answer == 1:
+    if close(answer, 1):
         return wrong(f"without scaling, each rank sums k = {k} micro-batch means: the gradient is {k} times "
                      "the full-batch mean.")
-    if answer == world:
+    if close(answer, world):
         return wrong(f"dividing by the world size is DDP's job (its all-reduce averages). What is left to "
                      f"undo is the sum over the k = {k} micro-batches on each rank.")
     return wrong(f"the rank adds k = {k} micro-batch gradients; DDP then averages over {world} ranks. "

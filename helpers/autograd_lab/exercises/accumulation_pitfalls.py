@@ -15,7 +15,8 @@ import torch
 from torch import nn
 from torch.nn.functional import mse_loss
 
-from . import Feedback, correct, is_unanswered, malformed, unanswered, wrong
+from ..accumulation import record_passes
+from . import Feedback, correct, describe_error, is_unanswered, malformed, never_raises, unanswered, wrong
 
 __all__ = [
     "IN_FEATURES",
@@ -84,6 +85,7 @@ def _normalize_verdict(value):
     return text if text in VERDICTS else None
 
 
+@never_raises
 def check_predictions(answer) -> Feedback:
     """Exercise 1: a dict mapping each set-up letter in ``SETUPS`` to one of ``VERDICTS``."""
     form = 'a dict like {"A": "equivalent", "B": "not equivalent", ...} with one of ' + ", ".join(
@@ -170,15 +172,6 @@ def _micro(x, y, k):
     return zip(x.tensor_split(k), y.tensor_split(k))
 
 
-def _right(model, opt, x, y, k):
-    opt.zero_grad()
-    for xb, yb in _micro(x, y, k):
-        share = len(xb) / len(x)
-        ((mse_loss(model(xb), yb) + LAM * penalty(model)) * share).backward()
-    nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-    opt.step()
-
-
 def _variant(*, clip="after", pen="scaled", scale="share", step="once", zero=True):
     def update(model, opt, x, y, k):
         if zero:
@@ -233,10 +226,6 @@ _DIAGNOSES = [
 ]
 
 
-def _describe_error(err: Exception) -> str:
-    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": ")
-
-
 def _same(answer, variant, k, tol):
     """Does the learner's update land where a known variant (a known mistake) does?"""
     try:
@@ -245,20 +234,49 @@ def _same(answer, variant, k, tol):
         return False
 
 
-def _forward_sizes(update, k, n=24):
-    """The batch sizes ``update`` feeds through the model in one update."""
-    sizes = []
+def _observe(update, k, n=24):
+    """Run ``update`` once on a fresh model: its forward and backward passes (a PassLog) and its step count."""
     model = _mlp()
-    model.register_forward_pre_hook(lambda mod, args: sizes.append(len(args[0])))
-    update(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.randn(n, IN_FEATURES), torch.randn(n, 1), k)
-    return sizes
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = []
+    real_step = opt.step
+
+    def step(*args, **kwargs):
+        steps.append(1)
+        return real_step(*args, **kwargs)
+
+    opt.step = step
+    with record_passes(model) as log:
+        update(model, opt, torch.randn(n, IN_FEATURES), torch.randn(n, 1), k)
+    return log, len(steps)
 
 
+def _explain_passes(log, steps, k, n=24):
+    """Mistakes visible in how the update uses the model, before any number is compared."""
+    if log.forward_sizes and max(log.forward_sizes) == n:
+        return wrong(
+            f"your model saw a forward pass of all {n} samples; run k = {k} micro-batches of "
+            "x.tensor_split(k) instead, one backward() each."
+        )
+    if log.most_outputs_per_backward > 1:
+        return wrong(
+            f"with k = {k}, one backward() went through the forward passes of {log.most_outputs_per_backward} "
+            "micro-batches (their losses added up, or their outputs concatenated, before backward()). The "
+            "gradient can come out right, but every one of those graphs stays alive until that backward(), "
+            "so nothing is saved: call backward() on each micro-batch's loss inside the loop."
+        )
+    if steps == 0:
+        return wrong("your function never calls opt.step(): the parameters do not move. Step once, after the loop.")
+    return None
+
+
+@never_raises
 def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
     """Exercise 2: ``answer(model, opt, x, y, k)`` must leave the parameters where ``full_batch_reference`` does.
 
     It is run with k = 2, 3 and 4 micro-batches of a 24-sample batch and with k = 5
     (micro-batches of 5, 5, 5, 5 and 4 samples), two updates each, SGD with momentum.
+    A loop whose one backward() covers several micro-batches is refused even when its numbers match.
     """
     if is_unanswered(answer):
         return unanswered("your function (its name, without parentheses)")
@@ -266,15 +284,13 @@ def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
         return malformed(f"expected a function taking (model, opt, x, y, k); got {type(answer).__name__}.")
     for k in (2, 3, 4, 5):
         try:
-            sizes = _forward_sizes(answer, k)
+            log, steps = _observe(answer, k)
             diff = _run(_mlp, full_batch_reference, answer, k)
         except Exception as err:  # the learner's code: report it, never raise
-            return wrong(f"with k = {k} your function raised {_describe_error(err)}")
-        if 24 in sizes:
-            return wrong(
-                f"your model saw a forward pass of all 24 samples; run k = {k} micro-batches of "
-                "x.tensor_split(k) instead, one backward() each."
-            )
+            return wrong(f"with k = {k} your function raised {describe_error(err)}")
+        fb = _explain_passes(log, steps, k)
+        if fb is not None:
+            return fb
         if diff < tol:
             continue
         if k == 5 and _same(answer, _variant(scale="k"), 5, tol):
@@ -301,40 +317,103 @@ def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
 # ---------------------------------------------------------------- exercise 3: a normalization layer that accumulates
 
 
-_NORMS = (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm) if hasattr(nn, "RMSNorm") else (nn.LayerNorm, nn.GroupNorm)
 _BATCH_NORMS = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
+_PROBE = 4  # samples in the probe batch the model is first run on
+_SPREAD = 1e-4  # below this standard deviation a layer's output counts as constant
 
 
-def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
-    """Exercise 3: ``answer()`` builds a model (8 inputs -> 1 output) with a normalization layer
-    whose accumulated update (k = 4, training mode) equals the full-batch update."""
-    if is_unanswered(answer):
-        return unanswered("your model-building function (its name, without parentheses)")
-    if isinstance(answer, nn.Module):
-        return malformed("you passed a model; pass the function that builds one, e.g. answer = make_model")
-    if not callable(answer):
-        return malformed(f"expected a function that takes no arguments and returns a model; got {type(answer).__name__}.")
+def _is_norm(module):
+    """A normalization layer: torch's (LayerNorm, GroupNorm, RMSNorm, BatchNorm, ...) or a learner's own *Norm."""
+    return "norm" in type(module).__name__.lower()
+
+
+def _leaf_calls(model, x):
+    """The leaf modules one forward pass calls, in order, with the tensor each got and gave."""
+    calls = []
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(lambda mod, args, out: calls.append((mod, args[0] if args else None, out)))
+               for m in leaves]
     try:
-        model = answer()
-        out = model(torch.randn(4, IN_FEATURES))
-    except Exception as err:
-        return wrong(f"building your model or running it on 4 samples of {IN_FEATURES} features raised {_describe_error(err)}")
-    if not isinstance(model, nn.Module):
-        return malformed(f"your function should return an nn.Module; it returned {type(model).__name__}.")
-    if tuple(out.shape) != (4, 1):
-        return wrong(f"the model should map (N, {IN_FEATURES}) to (N, 1); it gave {tuple(out.shape)} for N = 4.")
-    layers = list(model.modules())
-    if any(isinstance(m, _BATCH_NORMS) for m in layers):
+        with torch.no_grad():
+            out = model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return calls, out
+
+
+def _spread(t):
+    """The smallest per-sample standard deviation of a (N, features) tensor; 0 for anything else."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[1] < 2:
+        return 0.0
+    return float(t.double().std(dim=1).min())
+
+
+def _explain_structure(model, calls, out):
+    """Does the model do what exercise 3 asks: Linear(8, 16), then a per-sample normalization that is not degenerate?"""
+    if any(isinstance(m, _BATCH_NORMS) for m in model.modules()):
         return wrong(
             "your model has a BatchNorm layer: in training it normalizes each micro-batch with that micro-batch's "
             "own mean and variance, so k micro-batches never match the full batch. Pick a layer that normalizes "
             "each sample on its own."
         )
-    if not any(isinstance(m, _NORMS) for m in layers):
+    norms = [(i, m, x, y) for i, (m, x, y) in enumerate(calls) if _is_norm(m)]
+    if not norms:
+        unused = [type(m).__name__ for m in model.modules() if _is_norm(m)]
+        if unused:
+            return wrong(f"your model holds a {unused[0]}, but its forward pass never calls it: a layer that is "
+                         "defined but not used normalizes nothing. Put it between the first Linear and the Tanh.")
         return wrong(
             "there is no normalization layer in your model. Keep the normalization, but one that works on each "
             "sample's own features (nn.LayerNorm, or nn.GroupNorm)."
         )
+    first_linear = next(((i, m) for i, (m, _, _) in enumerate(calls) if isinstance(m, nn.Linear)), None)
+    if first_linear is None or (first_linear[1].in_features, first_linear[1].out_features) != (IN_FEATURES, HIDDEN):
+        got = "no Linear layer" if first_linear is None else f"{first_linear[1]}"
+        return wrong(f"the model should start with nn.Linear({IN_FEATURES}, {HIDDEN}), a hidden layer of {HIDDEN} "
+                     f"units; its first layer is {got}.")
+    after = [(m, x, y) for i, m, x, y in norms if i > first_linear[0]]
+    if not after or tuple(getattr(after[0][1], "shape", ())) != (_PROBE, HIDDEN):
+        return wrong(f"the normalization should act on the {HIDDEN} hidden units that the first Linear gives, "
+                     f"right after it; yours {'comes before it' if not after else 'gets another shape'}.")
+    norm, _, normed = after[0]
+    if _spread(normed) < _SPREAD:
+        return wrong(
+            f"your {type(norm).__name__} turns every sample's {HIDDEN} hidden units into one constant (GroupNorm "
+            "with one unit per group, or a normalization over a single value, normalizes each value by itself "
+            "to 0): nothing of the input gets through. Normalize over all 16 units, or over groups of several."
+        )
+    if not isinstance(out, torch.Tensor) or float(out.double().std(dim=0).max()) < _SPREAD:
+        return wrong("your model gives the same output for every sample: nothing of the input reaches the output.")
+    return None
+
+
+@never_raises
+def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
+    """Exercise 3: ``answer()`` builds a model Linear(8, 16) -> a normalization -> ... -> 1 output whose
+    accumulated update (k = 4, training mode) equals the full-batch update."""
+    if is_unanswered(answer):
+        return unanswered("your model-building function (its name, without parentheses)")
+    if isinstance(answer, nn.Module):
+        return malformed("you passed a model; pass the function that builds one, e.g. answer = make_model")
+    if not callable(answer):
+        return malformed(
+            f"expected a function that takes no arguments and returns a model; got {type(answer).__name__}."
+        )
+    try:
+        model = answer()
+        if not isinstance(model, nn.Module):
+            return malformed(f"your function should return an nn.Module; it returned {type(model).__name__}.")
+        calls, out = _leaf_calls(model.train(), torch.randn(_PROBE, IN_FEATURES))
+    except Exception as err:
+        return wrong(f"building your model or running it on {_PROBE} samples of {IN_FEATURES} features raised "
+                     f"{describe_error(err)}")
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (_PROBE, 1):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        return wrong(f"the model should map (N, {IN_FEATURES}) to (N, 1); it gave {shape} for N = {_PROBE}.")
+    fb = _explain_structure(model, calls, out)
+    if fb is not None:
+        return fb
 
     def accumulated(model, opt, x, y, k):
         opt.zero_grad()
@@ -353,7 +432,7 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
     try:
         diff = _run(make_model, full, accumulated, 4)
     except Exception as err:
-        return wrong(f"training your model raised {_describe_error(err)}")
+        return wrong(f"training your model raised {describe_error(err)}")
     if diff < tol:
         return correct(
             "with a per-sample normalization, k = 4 micro-batches give the full-batch update, "

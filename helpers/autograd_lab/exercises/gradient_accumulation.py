@@ -19,8 +19,19 @@ import torch
 from torch import nn
 
 from ..accumulation import record_passes
-from . import Feedback, as_int, as_number, close, correct, describe_error, is_unanswered, malformed, never_raises
-from . import unanswered, wrong
+from . import (
+    Feedback,
+    as_int,
+    as_number,
+    close,
+    correct,
+    describe_error,
+    is_unanswered,
+    malformed,
+    never_raises,
+    unanswered,
+    wrong,
+)
 
 __all__ = ["check_training_loop", "check_step_counts", "check_token_weights", "STEP_COUNT_TASK", "TOKEN_COUNTS"]
 
@@ -170,7 +181,7 @@ def _explain_passes(p: _Problem, run: _LearnerRun):
             "whole group's activations. Run model(x) on each micro-batch on its own and backward() its scaled loss."
         )
     if run.forwards[0] != p.n:
-        extra = (f" (forward passes under torch.no_grad() do not count: they build no graph)"
+        extra = (" (forward passes under torch.no_grad() do not count: they build no graph)"
                  if log.untracked_forwards else "")
         return wrong(
             f"{p.setting}, your function ran the model {run.forwards[0]} times with gradients on{extra}; an epoch "
