@@ -4,16 +4,23 @@ The references below repeat code the notebook shows (its ``looped_loss`` with th
 scalar model of section 1, and the loop of exercise 2): a check must not depend
 on what a learner has since changed in the notebook. tests/test_vectorized_vs_looped.py
 keeps each reference equal to the notebook's version.
+
+No check raises on a learner's answer: each is wrapped in ``never_raises``, with the
+policy that module ``leaf_tensors`` describes (every ``Exception`` becomes feedback).
 """
 
 from __future__ import annotations
 
-import numbers
+import math
+import os
+import sys
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ..measure import count_nodes
-from . import Feedback, correct, is_unanswered, malformed, unanswered, wrong
+from . import Feedback, as_int, as_number, close, correct, describe_error, is_unanswered, malformed, never_raises
+from . import unanswered, wrong
 
 __all__ = [
     "check_looped_nodes",
@@ -49,47 +56,61 @@ def _looped_nodes(n: int) -> int:
     return count_nodes(reference_looped_loss(scalar_model(), x, 2 * x.squeeze(1)))
 
 
+_MAX_N = 10_000  # the largest batch whose looped graph the check builds (50 in the notebook)
+
+
+def _node_slips(n: int, per_sample: int, shared: int, vectorized: int, two: int) -> list:
+    """(count, hint) for the usual miscounts of the looped graph; the first match names the slip."""
+    return [
+        (vectorized, f"that is the size of the vectorized graph, which does not depend on N. The loop repeats "
+                     "a whole path of nodes for every sample: count one path in the N = 2 drawing."),
+        (per_sample * n, "you counted the per-sample paths, but not the nodes all samples share: the paths meet in "
+                         "one node that stacks the losses, one node takes their mean, and the weight has one "
+                         "AccumulateGrad."),
+        ((per_sample + 1) * n + shared - 1, "close: but the weight w is one leaf, so its AccumulateGrad node is one "
+                                            "node shared by every path, not one per sample."),
+        (two, f"that is the count for N = 2. Scale it up: the count is (nodes per sample) x {n} + (shared nodes)."),
+        (per_sample * n + shared - 1, "off by one. Recount the N = 2 drawing: every grey or blue box is a node, the "
+                                      "green output box is not."),
+        (per_sample * n + shared + 1, "off by one. Recount the N = 2 drawing: every grey or blue box is a node, the "
+                                      "green output box is not."),
+        (per_sample * (n - 1) + shared, f"that is the count for N = {n - 1}: take one path per sample, {n} of them."),
+        (per_sample * (n + 1) + shared, f"that is the count for N = {n + 1}: take one path per sample, {n} of them."),
+    ]
+
+
+@never_raises
 def check_looped_nodes(answer, n: int = 50) -> Feedback:
     """Exercise 1: the number of backward nodes in ``looped_loss``'s graph for ``n`` samples."""
+    n_given = as_int(n)
+    if n_given is None or not 1 <= n_given <= _MAX_N:
+        return malformed(f"n is the batch size of the exercise (n=50 in the notebook), a whole number from 1 to "
+                         f"{_MAX_N}; got {n!r}.")
+    n = n_given
     if is_unanswered(answer):
         return unanswered(f"a whole number: the node count of the looped graph for N = {n}")
-    if isinstance(answer, bool) or not isinstance(answer, numbers.Integral):
-        if isinstance(answer, float) and answer.is_integer():
-            answer = int(answer)
-        else:
-            return malformed(f"give a whole number (an int such as 42), not {type(answer).__name__} {answer!r}.")
-    answer = int(answer)
+    value = as_int(answer)
+    if value is None:
+        number = as_number(answer)
+        if number is not None and not math.isfinite(number):
+            return wrong(f"{number} is not a finite number; a graph holds a whole, finite number of nodes.")
+        return malformed(f"give a whole number (an int such as 42), not {type(answer).__name__} {answer!r:.60}.")
     one, two, truth = _looped_nodes(1), _looped_nodes(2), _looped_nodes(n)
     per_sample = two - one
     shared = one - per_sample
     x = torch.arange(1.0, n + 1).unsqueeze(1)
     vectorized = count_nodes(((2 * x.squeeze(1) - scalar_model()(x).squeeze(1)) ** 2).mean())
-    if answer == truth:
+    if value == truth:
         return correct(
             f"{truth} nodes: {per_sample} on each sample's path times {n} samples, plus {shared} shared by all "
             f"(the mean, the stack, and w's AccumulateGrad). The vectorized graph has {vectorized} for any N."
         )
-    if answer == vectorized:
-        return wrong(
-            f"{answer} is the size of the vectorized graph, which does not depend on N. The loop repeats "
-            "a whole path of nodes for every sample: count one path in the N = 2 drawing."
-        )
-    if answer == per_sample * n:
-        return wrong(
-            "you counted the per-sample paths, but not the nodes all samples share: the paths meet in one "
-            "node that stacks the losses, one node takes their mean, and the weight has one AccumulateGrad."
-        )
-    if answer == (per_sample + 1) * n + shared - 1:
-        return wrong(
-            "close: but the weight w is one leaf, so its AccumulateGrad node is one node shared by every "
-            "path, not one per sample."
-        )
-    if answer in (per_sample * 2 + shared, two):
-        return wrong(f"that is the count for N = 2. Scale it up: the count is (nodes per sample) x {n} + (shared nodes).")
-    if answer == per_sample * n + shared - 1 or answer == per_sample * n + shared + 1:
-        return wrong(
-            "off by one. Recount the N = 2 drawing: every grey or blue box is a node, the green output box is not."
-        )
+    if value <= 0:
+        return wrong(f"{value} nodes cannot be: even one sample's graph has {one}. Count the boxes of the N = 2 "
+                     "drawing.")
+    hint = next((h for count, h in _node_slips(n, per_sample, shared, vectorized, two) if count == value), None)
+    if hint is not None:
+        return wrong(hint)
     return wrong(
         f"the looped graph holds (nodes per sample) x N + (nodes shared by all samples). Count both in the N = 2 "
         f"drawing (or with lab.graph_nodes for N = 1 and N = 2), then take N = {n}."
@@ -108,33 +129,19 @@ def reference_weighted_loss_loop(w, x, y, weights):
     return total / weights.sum()
 
 
-_SIZES = (33, 4, 1)  # the largest first: there the usual slips give values that tell them apart
-_DIM = 3
+# (N, D) of the cases the check runs, the largest N first: there the usual slips give values that tell them apart.
+# The last case has another width, so that code written for D = 3 (w[0] * x[:, 0] + ...) does not pass.
+_CASES = ((33, 3), (4, 3), (1, 3), (6, 5))
+_WORK_SIZES = (4, 33)  # batch sizes whose work is counted: a per-sample loop adds at least a step per sample
 
 
-def _data(n: int, seed: int):
+def _data(n: int, dim: int, seed: int):
     gen = torch.Generator().manual_seed(seed)
-    w = torch.randn(_DIM, generator=gen, dtype=torch.float64)
-    x = torch.randn(n, _DIM, generator=gen, dtype=torch.float64)
+    w = torch.randn(dim, generator=gen, dtype=torch.float64)
+    x = torch.randn(n, dim, generator=gen, dtype=torch.float64)
     y = torch.randn(n, generator=gen, dtype=torch.float64)
     weights = torch.rand(n, generator=gen, dtype=torch.float64) + 0.5
     return w, x, y, weights
-
-
-def _value_and_grad(fn, w, x, y, weights):
-    """Run ``fn`` on a fresh leaf copy of ``w``: (its result, dL/dw or None, graph nodes)."""
-    w = w.clone().requires_grad_(True)
-    out = fn(w, x.clone(), y.clone(), weights.clone())
-    if not isinstance(out, torch.Tensor) or out.grad_fn is None or out.numel() != 1:
-        return out, None, 0
-    nodes = count_nodes(out)
-    (g,) = torch.autograd.grad(out.sum(), w, allow_unused=True)
-    return out, g, nodes
-
-
-def _close(a, b) -> bool:
-    return torch.allclose(torch.as_tensor(a, dtype=torch.float64).reshape(-1),
-                          torch.as_tensor(b, dtype=torch.float64).reshape(-1), rtol=1e-6, atol=1e-9)
 
 
 def _shape(t) -> str:
@@ -152,15 +159,133 @@ def _value_hint(value, w, x, y, weights) -> str:
         (errors2.sum() / weights.sum(), "each squared error must be multiplied by its own weight before summing."),
         ((weights * (x @ w - y)).sum() / weights.sum(), "the error must be squared before it is weighted."),
         ((weights * errors2).sum() / n, "you divided by N; the loop divides by the sum of the weights."),
+        ((weights**2 * errors2).sum() / weights.sum(), "each weight should multiply its squared error once; "
+                                                        "yours is squared too."),
     ]
     for expected, hint in slips:
-        if _close(value, expected):
+        if close(value, expected):
             return hint
     return "write out the loop's sum for two samples and match it term by term: weight x (prediction - target)^2."
 
 
+def _result_problem(out, leaf: torch.Tensor, n: int) -> Feedback | None:
+    """What is wrong with what the learner's function returned, before its value is compared."""
+    if out is None or out is Ellipsis:
+        return wrong("your function returns nothing yet: replace the ... with a return statement.")
+    if not isinstance(out, torch.Tensor):
+        return malformed(f"your function should return a tensor (the loss), not a {type(out).__name__}.")
+    if out.layout != torch.strided or out.is_meta or out.is_complex():
+        kind = "meta" if out.is_meta else "complex" if out.is_complex() else str(out.layout)
+        return wrong(f"your function returns a {kind} tensor; the loss is an ordinary real number in a dense tensor.")
+    if out.numel() != 1:
+        return wrong(
+            f"with N = {n} samples your function returned shape {_shape(out)}; the loss of a batch is one number "
+            "(shape ()): sum the weighted terms, then divide."
+        )
+    if leaf.grad is not None:
+        return wrong("your function calls backward() itself (w.grad was filled during the call); return the loss "
+                     "and leave backward to whoever trains with it.")
+    if out.grad_fn is None:
+        return wrong(
+            "the result has no grad_fn, so no gradient can reach w. Stay with tensor operations "
+            "(no .item(), .numpy(), float() or torch.no_grad())."
+        )
+    if not torch.isfinite(out.detach()).all():
+        return wrong(f"with N = {n} samples your function returned {out.item()}: check for a division by zero.")
+    return None
+
+
+def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | None]:
+    """Run ``fn`` and the loop on the same data: (a problem or None, (its graph nodes, the loop's))."""
+    shapes = f"w {_shape(w)}, x {_shape(x)}, y {_shape(y)}, weights {_shape(weights)}"
+    leaf = w.clone().requires_grad_(True)
+    try:
+        out = fn(leaf, x.clone(), y.clone(), weights.clone())
+    except Exception as err:  # a learner's function may raise anything; report it, never raise
+        return wrong(f"called with {shapes} your function raised {describe_error(err)}"), None
+    problem = _result_problem(out, leaf, len(y))
+    if problem is not None:
+        return problem, None
+    try:
+        nodes = count_nodes(out)
+        (g,) = torch.autograd.grad(out.sum(), leaf, allow_unused=True)
+    except Exception as err:
+        return wrong(f"computing the gradient of your result raised {describe_error(err)}"), None
+    if x.shape[1] != _CASES[0][1] and not close(out.detach(), reference_weighted_loss_loop(w, x, y, weights)):
+        return wrong(f"right for x with {_CASES[0][1]} columns, but not with {x.shape[1]}: does your function assume a "
+                     "width? Use x @ w, which works for any D."), None
+    ref_w = w.clone().requires_grad_(True)
+    ref = reference_weighted_loss_loop(ref_w, x, y, weights)
+    ref_nodes = count_nodes(ref)
+    (ref_g,) = torch.autograd.grad(ref, ref_w)
+    if not close(out.detach(), ref.detach()):
+        return wrong(
+            f"with N = {len(y)} samples the loop gives {ref.item():.6g}, yours {out.item():.6g}: "
+            + _value_hint(out.detach(), w, x, y, weights)
+        ), None
+    if g is None or not close(g, ref_g):
+        return wrong(
+            "same value, but a different gradient with respect to w: part of your computation is cut off "
+            "from the graph (a .detach(), .data or a tensor rebuilt from numbers)."
+        ), None
+    return None, (nodes, ref_nodes)
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+class _WorkCounter(TorchFunctionMode):
+    """Counts the steps a call takes that a per-sample loop repeats: each Python line run outside torch's own
+    code and this module (``sys.settrace``), and each torch function called (a ``TorchFunctionMode``).
+
+    What it cannot see: a loop that runs inside a builtin over plain Python numbers, e.g. ``sum(v.tolist())``.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.steps = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.steps += 1
+        return func(*args, **(kwargs or {}))
+
+    def _trace(self, frame, event, arg):
+        name = frame.f_code.co_filename
+        if name.startswith(_TORCH_DIR) or name == __file__:
+            return None
+        if event == "line":
+            self.steps += 1
+        return self._trace
+
+    def __enter__(self):
+        self._previous = sys.gettrace()
+        sys.settrace(self._trace)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        sys.settrace(self._previous)
+        return super().__exit__(*exc)
+
+
+def _steps(fn, n: int) -> int | None:
+    """How many steps ``fn`` takes on a batch of ``n`` samples (None when it fails under the counter)."""
+    w, x, y, weights = _data(n, _CASES[0][1], seed=100 + n)
+    counter = _WorkCounter()
+    try:
+        with counter:
+            fn(w.requires_grad_(True), x, y, weights)
+    except Exception:  # it passed without the counter; an error here is the counter's, not the learner's
+        return None
+    return counter.steps
+
+
+@never_raises
 def check_vectorized_loss(answer) -> Feedback:
-    """Exercise 2: a function ``f(w, x, y, weights)`` equal to the loop, without the loop."""
+    """Exercise 2: a function ``f(w, x, y, weights)`` equal to the loop, without the loop.
+
+    "Without the loop" is tested on the real thing twice over: the graph must not grow with N,
+    and neither may the Python lines and torch calls the function runs (see ``_WorkCounter``).
+    """
     if is_unanswered(answer):
         return unanswered("your function itself, e.g. answer = weighted_loss_vectorized")
     if not callable(answer):
@@ -168,40 +293,14 @@ def check_vectorized_loss(answer) -> Feedback:
             f"answer should be the function (answer = weighted_loss_vectorized, no brackets), not a {type(answer).__name__}."
         )
     node_counts = {}
-    for seed, n in enumerate(_SIZES):
-        w, x, y, weights = _data(n, seed)
-        shapes = f"w {_shape(w)}, x {_shape(x)}, y {_shape(y)}, weights {_shape(weights)}"
-        try:
-            out, g, nodes = _value_and_grad(answer, w, x, y, weights)
-        except Exception as err:  # a learner's function may raise anything; report it, never raise
-            return wrong(f"called with {shapes} your function raised {type(err).__name__}: {err}")
-        if out is None or out is Ellipsis:
-            return wrong("your function returns nothing yet: replace the ... with a return statement.")
-        if not isinstance(out, torch.Tensor):
-            return malformed(f"your function should return a tensor (the loss), not a {type(out).__name__}.")
-        if out.numel() != 1:
-            return wrong(
-                f"with N = {n} samples your function returned shape {_shape(out)}; the loss of a batch is one number "
-                "(shape ()): sum the weighted terms, then divide."
-            )
-        if out.grad_fn is None:
-            return wrong(
-                "the result has no grad_fn, so no gradient can reach w. Stay with tensor operations "
-                "(no .item(), .numpy(), float() or torch.no_grad())."
-            )
-        ref, ref_g, ref_nodes = _value_and_grad(reference_weighted_loss_loop, w, x, y, weights)
-        if not _close(out.detach(), ref.detach()):
-            return wrong(
-                f"with N = {n} samples the loop gives {ref.item():.6g}, yours {out.item():.6g}: "
-                + _value_hint(out.detach(), w, x, y, weights)
-            )
-        if g is None or not _close(g, ref_g):
-            return wrong(
-                "same value, but a different gradient with respect to w: part of your computation is cut off "
-                "from the graph (a .detach(), .data or a tensor rebuilt from numbers)."
-            )
-        node_counts[n] = (nodes, ref_nodes)
-    small_n, large_n = min(_SIZES[:2]), max(_SIZES)
+    for seed, (n, dim) in enumerate(_CASES):
+        problem, counts = _compare_with_loop(answer, *_data(n, dim, seed))
+        if problem is not None:
+            return problem
+        if dim == _CASES[0][1]:
+            node_counts[n] = counts
+    sizes = sorted(node_counts)
+    small_n, large_n = sizes[1], sizes[-1]
     small, large = node_counts[small_n], node_counts[large_n]
     if large[0] != small[0]:
         return wrong(
@@ -209,7 +308,15 @@ def check_vectorized_loss(answer) -> Feedback:
             f"{large[0]} for N = {large_n}): something still runs once per sample. Use x @ w for all "
             "predictions at once, then operations on whole tensors."
         )
+    few, many = (_steps(answer, n) for n in _WORK_SIZES)
+    if few is not None and many is not None and many - few >= _WORK_SIZES[1] - _WORK_SIZES[0]:
+        return wrong(
+            f"right values and gradients, and your graph does not grow with N, but your code still works once per "
+            f"sample: it ran {many - few} more Python lines and torch calls for N = {_WORK_SIZES[1]} than for "
+            f"N = {_WORK_SIZES[0]}. Some loop or comprehension remains (perhaps over the weights); replace it with "
+            "an operation on the whole tensor, such as weights.sum()."
+        )
     return correct(
-        f"same value and gradient as the loop for N = {', '.join(str(s) for s in sorted(_SIZES))}, with {large[0]} "
+        f"same value and gradient as the loop for N = {', '.join(str(s) for s in sizes)}, with {large[0]} "
         f"graph nodes for any N (the loop needs {large[1]} for N = {large_n})."
     )
