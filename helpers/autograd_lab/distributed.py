@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+import math
 import os
 import re
 import shutil
@@ -122,8 +123,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def _check_port(port) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"port must be a TCP port number from 1 to 65535, got {port!r}.")
+    return port
+
+
 def port_is_free(port: int) -> bool:
     """True when nothing listens on ``port``, on loopback or on any address (where the store binds)."""
+    _check_port(port)
     for host in ("127.0.0.1", ""):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
@@ -308,8 +316,6 @@ def _check_arguments(script, nproc, timeout, port, env):
     if isinstance(nproc, bool) or not isinstance(nproc, int) or not 1 <= nproc <= MAX_NPROC:
         raise ValueError(f"nproc must be an int from 1 to {MAX_NPROC} (processes on this machine), got {nproc!r}.")
     timeout = check_seconds("timeout", timeout)
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
-        raise ValueError(f"port must be None or a TCP port number from 1 to 65535, got {port!r}.")
     if port is not None and not port_is_free(port):
         raise DistributedRunError(
             "port in use",
@@ -491,6 +497,23 @@ def torchrun(script, *args, nproc: int = 2, timeout: float = 60.0, port: int | N
 COLOURS = {"forward": "#a6cee3", "backward": "#1f78b4", "all-reduce": "#ff7f00", "step": "#33a02c"}
 
 
+def _checked_events(events_by_rank) -> list:
+    """``events_by_rank`` as lists of (kind, start, end) with finite times, end >= start; else a clear error."""
+    try:
+        ranks = [list(events) for events in events_by_rank]
+    except TypeError:
+        raise TypeError("events_by_rank must list, for each rank, its (kind, start, end) events.") from None
+    for rank, events in enumerate(ranks):
+        for event in events:
+            ok = isinstance(event, (tuple, list)) and len(event) == 3 and isinstance(event[0], str)
+            times = event[1:] if ok else ()
+            ok = ok and all(isinstance(t, (int, float)) and math.isfinite(t) for t in times) and times[0] <= times[1]
+            if not ok:
+                raise ValueError(f"events_by_rank[{rank}] holds {event!r}; each event must be (kind, start, end) "
+                                 "with finite times and start <= end.")
+    return ranks
+
+
 def draw_update_timeline(events_by_rank, *, title: str = "", unit: str = "ms"):
     """Draw one optimizer update per rank: compute on one lane, all-reduce calls on the lane below.
 
@@ -499,10 +522,10 @@ def draw_update_timeline(events_by_rank, *, title: str = "", unit: str = "ms"):
     other kind ("forward", "backward", "step") to the compute lane.
     Returns the matplotlib Figure (closed, so a notebook shows it once).
     """
+    events_by_rank = _checked_events(events_by_rank)
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    events_by_rank = list(events_by_rank)
     fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.75 * len(events_by_rank)), dpi=90)
     labels, ticks, end = [], [], 0.0
     for rank, events in enumerate(events_by_rank):
