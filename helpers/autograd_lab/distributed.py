@@ -565,6 +565,29 @@ def _failed(exc: BaseException, where: str = "") -> str:
     return f"<small><b>failed{where}:</b> {html.escape(text)}</small>"
 
 
+def _wait_with_progress(start, bar, status, expected_s: float):
+    """Call ``start()`` in a thread of its own, moving ``bar`` meanwhile; return or raise what it did."""
+    t0 = time.monotonic()
+    box = {}
+
+    def target():
+        try:
+            box["result"] = start()
+        except BaseException as exc:  # noqa: BLE001 -- handed to the waiting thread, shown to the reader
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    while thread.is_alive():
+        elapsed = time.monotonic() - t0
+        bar.value = min(elapsed / expected_s, PROGRESS_CAP)
+        status.value = f"<small>running ... {elapsed:.0f} s</small>"
+        thread.join(PROGRESS_TICK_S)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
 def run_button(start, on_done, *, description: str = "Run again", expected_s: float = 10.0):
     """A button that calls ``start()`` in a background thread, with a progress bar while it runs.
 
@@ -585,31 +608,10 @@ def run_button(start, on_done, *, description: str = "Run again", expected_s: fl
     bar.layout.visibility = "hidden"
     status = W.HTML(value="")
 
-    def wait_for_start(t0: float):
-        box = {}
-
-        def target():
-            try:
-                box["result"] = start()
-            except BaseException as exc:  # noqa: BLE001 -- handed to the waiting thread, shown to the reader
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, daemon=True)
-        thread.start()
-        while thread.is_alive():
-            elapsed = time.monotonic() - t0
-            bar.value = min(elapsed / expected_s, PROGRESS_CAP)
-            status.value = f"<small>running ... {elapsed:.0f} s</small>"
-            thread.join(PROGRESS_TICK_S)
-        if "error" in box:
-            raise box["error"]
-        return box["result"]
-
     def work():
         t0 = time.monotonic()
-        message = "<small>failed</small>"
         try:
-            result = wait_for_start(t0)
+            result = _wait_with_progress(start, bar, status, expected_s)
             try:
                 on_done(result)
             except BaseException as exc:  # noqa: BLE001 -- shown, never raised into the widget
