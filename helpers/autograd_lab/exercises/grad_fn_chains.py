@@ -120,6 +120,8 @@ def check_chain(answer) -> Feedback:
             "that is the chain: " + " -> ".join(expected) + ". Backward meets the last operation first, "
             "so `* 3` gives the first node, and `x` (no grad) adds no branch."
         )
+    if not given:
+        return wrong("your list is empty: write one name per node, from out.grad_fn back to the leaf's node.")
     hint = _order_hint(given, want)
     if hint is not None:
         return wrong(hint)

@@ -292,15 +292,19 @@ def _value_problem(w: torch.Tensor, seen: list) -> Feedback | None:
                      "inside the function (torch.rand draws new ones on every call).")
     values = w.detach().cpu().double()
     if not torch.isfinite(values).all():
-        return wrong(f"your weights contain {values.tolist()}: not finite numbers. Draw them with torch.rand(3) * 0.01.")
+        return wrong(f"your weights contain {values.tolist()}: not all finite numbers. Draw them with torch.rand(3) * 0.01.")
     if values.min() < _LOW or values.max() >= _HIGH:
         return wrong(
             "the weights should stay small, uniform in [0, 0.01) like the original's; got values from "
             f"{float(values.min()):.4g} to {float(values.max()):.4g}. Keep the * 0.01."
         )
+    shown = "[" + ", ".join(f"{v:.4g}" for v in values.tolist()) + "]"
+    if bool((values == values[0]).all()):
+        return wrong(f"your three weights are all {float(values[0]):.4g}; make_weight draws three different random "
+                     "values, uniform in [0, 0.01). Keep the torch.rand(3).")
     if any(torch.equal(values, old.detach().cpu().double()) for old in seen):
         return wrong(
-            f"two calls returned the same weights {values.tolist()}. make_weight draws new random weights on every "
+            f"two calls returned the same weights {shown}. make_weight draws new random weights on every "
             "call; fixed values, or a seed set inside the function, repeat them."
         )
     return None
