@@ -56,7 +56,7 @@ def refused(call, error, names):
 
 @pytest.mark.parametrize("value", ["loss", None, 3, {}, [torch.ones(1), "x"]])
 def test_count_nodes_wants_tensors(value):
-    refused(lambda: lab.count_nodes(value), TypeError, "torch.Tensor")
+    refused(lambda: lab.count_nodes(value), TypeError, "count_nodes torch.Tensor")
 
 
 def test_count_nodes_walks_a_deep_graph_without_recursion():

@@ -18,14 +18,14 @@ from numbers import Real
 
 import torch
 
-from .graph import graph_nodes
+from .graphmodel import walk
 
 __all__ = ["SavedTensors", "count_nodes", "time_call", "Timing", "heap_bytes", "held_bytes"]
 
 
 def count_nodes(tensors) -> int:
     """How many backward nodes (``AccumulateGrad`` included) the graph behind ``tensors`` holds."""
-    return len(graph_nodes(tensors))
+    return len(walk(tensors, what="count_nodes").nodes)
 
 
 def _storage_key(t: torch.Tensor):
