@@ -248,3 +248,24 @@ def test_the_report_keeps_no_unread_gradient_copies(data):
     X, Y = data
     report = check_accumulation(_mlp(), nn.MSELoss(), X, Y, 2)
     assert not hasattr(report, "grads_full") and not hasattr(report, "grads_accumulated")
+
+
+# --------------------------------------------------------------------------- record_passes, the exercise checks' instrument
+
+
+def test_record_passes_counts_graphs_per_backward_and_ignores_gradient_free_forwards():
+    from autograd_lab.accumulation import record_passes
+
+    model = nn.Linear(3, 1)
+    xs = [torch.randn(4, 3) for _ in range(3)]
+    with record_passes(model) as log:
+        for x in xs:  # accumulation: one graph per backward
+            model(x).pow(2).mean().backward()
+            with torch.no_grad():
+                model(x)
+        sum(model(x).pow(2).mean() for x in xs).backward()  # one backward over three graphs
+        torch.cat([model(x) for x in xs]).pow(2).mean().backward()
+    assert log.forward_sizes == [4] * 9 and log.untracked_forwards == 3
+    assert log.outputs_per_backward == [1, 1, 1, 3, 3] and log.most_outputs_per_backward == 3
+    model(xs[0]).sum().backward()  # the hooks are gone after the block
+    assert len(log.forward_sizes) == 9 and len(log.outputs_per_backward) == 5

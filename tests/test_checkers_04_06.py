@@ -152,6 +152,10 @@ def hard_coded_k(model, loss_fn, optimizer, micro_batches, k):
     loop()(model, loss_fn, optimizer, micro_batches, 10)
 
 
+def hard_coded_n(model, loss_fn, optimizer, micro_batches, k):
+    loop(step_when=lambda i, n, k: (i + 1) % k == 0 or i + 1 == 25)(model, loss_fn, optimizer, micro_batches, k)
+
+
 def grad_logging_forward(model, loss_fn, optimizer, micro_batches, k):
     """A logging forward with gradients on builds a second graph per micro-batch."""
     for i, (x, y) in enumerate(micro_batches):
@@ -181,6 +185,7 @@ WRONG_LOOPS = {
     "its own optimizer": (own_optimizer, "never called optimizer.step()"),
     "no backward": (no_backward, "zero gradient"),
     "k hard-coded to 10": (hard_coded_k, "full-batch training steps after 4, 8, 12"),
+    "n hard-coded to 25": (hard_coded_n, "never reach an optimizer step"),
     "logging forward with gradients": (grad_logging_forward, "ran the model 50 times with gradients on"),
 }
 
