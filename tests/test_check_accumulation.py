@@ -250,7 +250,7 @@ def test_the_report_keeps_no_unread_gradient_copies(data):
     assert not hasattr(report, "grads_full") and not hasattr(report, "grads_accumulated")
 
 
-# --------------------------------------------------------------------------- record_passes, the exercise checks' instrument
+# --------------------------------------------------------------------------- record_passes (used by the checks)
 
 
 def test_record_passes_counts_graphs_per_backward_and_ignores_gradient_free_forwards():
