@@ -18,7 +18,7 @@ import torch
 
 __all__ = ["choose_device", "environment_report", "graphviz_check", "graphviz_install_hint", "graphviz_version"]
 
-DOT_TIMEOUT_S = 10.0  # a healthy `dot` answers these checks in well under a second
+DOT_CHECK_TIMEOUT_S = 10.0  # a healthy `dot` answers these checks in well under a second
 
 # (system, install command); graphviz_install_hint() puts this machine's system first
 GRAPHVIZ_INSTALL = {
@@ -79,9 +79,9 @@ def graphviz_install_hint() -> str:
 def _run_dot(args: list, stdin: str = "") -> tuple[int, str]:
     """(exit code, output) of ``dot`` with ``args``; code -1 when it cannot start or answer in time."""
     try:
-        done = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=DOT_TIMEOUT_S)
+        done = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=DOT_CHECK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return -1, f"no answer within {DOT_TIMEOUT_S:g} s"
+        return -1, f"no answer within {DOT_CHECK_TIMEOUT_S:g} s"
     except OSError as err:
         return -1, str(err)
     return done.returncode, (done.stderr + done.stdout).strip()
