@@ -7,8 +7,6 @@ import time
 
 import pytest
 import torch
-from torch import nn
-
 from autograd_lab import chain, draw_graph, graph_nodes
 from autograd_lab.bounded import (
     MAX_BENDS,
@@ -20,6 +18,7 @@ from autograd_lab.bounded import (
     run_dot,
 )
 from autograd_lab.graphmodel import Node, leaf_of, node_name, title, walk
+from torch import nn
 
 
 def seed_model():

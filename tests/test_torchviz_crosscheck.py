@@ -110,7 +110,9 @@ def with_detach():
     return (w * frozen) ** 2
 
 
-CORPUS = [seed_example, mlp_loss, reuse_and_branches, multi_output, saved_tensors, non_differentiable_branch, with_detach]
+CORPUS = [
+    seed_example, mlp_loss, reuse_and_branches, multi_output, saved_tensors, non_differentiable_branch, with_detach,
+]
 
 
 @pytest.mark.parametrize("build", CORPUS, ids=[f.__name__ for f in CORPUS])

@@ -100,9 +100,7 @@ class AutogradGraph(graphviz.Digraph):
             return {"text/plain": self.text}
         try:
             return {"image/svg+xml": self.svg(), "text/plain": self.text}
-        except GraphvizMissing as err:
-            return {"text/plain": f"{err}\n\nThe same graph as text:\n{self.text}"}
-        except GraphTooSlow as err:
+        except (GraphvizMissing, GraphTooSlow) as err:  # no picture: say why, and show the graph as text
             return {"text/plain": f"{err}\n\nThe same graph as text:\n{self.text}"}
 
     def __repr__(self) -> str:
@@ -164,7 +162,9 @@ def _add_outputs(graph, text, model: Graph, names: Mapping, show_values: bool) -
         oid = f"out{k}"
         name = names.get(id(t), "output" if single else f"output {k}")
         if root is None:
-            why = "a leaf: nothing recorded before it" if t.requires_grad else "requires_grad=False: no graph was recorded"
+            why = "a leaf: nothing recorded before it"
+            if not t.requires_grad:
+                why = "requires_grad=False: no graph was recorded"
             label = _label(name, format_tensor(t) if show_values else "", why)
             graph.node(oid, label, fillcolor=COLOURS["leaf"] if t.requires_grad else COLOURS["nograd"])
             text.append(f"{oid} {_one_line(label)}")

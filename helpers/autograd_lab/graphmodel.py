@@ -51,7 +51,7 @@ def check_tensor(value, what: str = "draw_graph") -> None:
         return
     raise TypeError(
         f"{what} expects a torch.Tensor (for example a loss), got {type(value).__name__}. "
-        "Pass the tensor whose graph you want to see, e.g. draw_graph(loss)."
+        f"Pass the tensor whose graph you want to see, e.g. {what}(loss)."
     )
 
 
