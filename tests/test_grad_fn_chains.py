@@ -275,7 +275,7 @@ def test_second_backward_raises_and_saved_tensors_are_gone():
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         loss.backward()
     with pytest.raises(RuntimeError, match="already been freed"):
-        loss.grad_fn.next_functions[0][0]._saved_self
+        _ = loss.grad_fn.next_functions[0][0]._saved_self
 
 
 def test_retain_graph_lets_a_second_backward_add_to_grad():
@@ -427,7 +427,8 @@ def test_describe_step_says_what_runs_and_where_gradients_go():
     backward_by_hand(loss, log)
     n = len(log)
     texts = [stepper.describe_step(log, k, params=params) for k in range(n + 1)]
-    assert texts[0].startswith(f"step 0 of {n}: nothing has run yet") and "1." in texts[0] and "MeanBackward" in texts[0]
+    assert texts[0].startswith(f"step 0 of {n}: nothing has run yet")
+    assert "1." in texts[0] and "MeanBackward" in texts[0]
     assert texts[1].startswith(f"step 1 of {n}: MeanBackward0 receives 1.; sends [0.5, 0.5] to PowBackward")
     assert "nothing to None" in texts[3]  # the subtraction's y input
     assert texts[4] == (f"step 4 of {n}: AddBackward0 receives [-4., -2.]; sends [-4., -2.] to MulBackward0, "

@@ -117,8 +117,8 @@ def test_the_loops_bookkeeping_outweighs_its_saved_data(mlp, data):
     y = data[1][:n]
     for model, x, data_factor in ((scalar_model(), data[0][:n, :1], 100), (mlp, data[0][:n], 1)):
         saved = saved_bytes(loop_loss, model, x, y).bytes
-        heap_loop = held_bytes(lambda: loop_loss(model, x, y), repeats=1)
-        heap_vec = held_bytes(lambda: mean_loss(model, x, y), repeats=1)
+        heap_loop = held_bytes(lambda model=model, x=x: loop_loss(model, x, y), repeats=1)
+        heap_vec = held_bytes(lambda model=model, x=x: mean_loss(model, x, y), repeats=1)
         assert heap_loop > 10 * heap_vec  # far more heap for the same saved data
         assert heap_loop - saved > data_factor * saved  # bookkeeping: more than the data, 100x for one-number samples
 
@@ -201,7 +201,8 @@ def solution(w, x, y, weights):
 
 def test_ex2_reference_equals_the_loop_and_the_solution():
     gen = torch.Generator().manual_seed(5)
-    w, x, y, weights = torch.randn(3, generator=gen), torch.randn(6, 3, generator=gen), torch.randn(6, generator=gen), torch.rand(6, generator=gen)
+    w, x = torch.randn(3, generator=gen), torch.randn(6, 3, generator=gen)
+    y, weights = torch.randn(6, generator=gen), torch.rand(6, generator=gen)
     torch.testing.assert_close(ex.reference_weighted_loss_loop(w, x, y, weights), solution(w, x, y, weights))
 
 
@@ -261,4 +262,5 @@ def test_notebook_loops_match_the_exercise_references():
             ex.reference_looped_loss(ex.scalar_model(), x, x[:, 0])
         )
     w, xs, y, v = torch.randn(3), torch.randn(8, 3), torch.randn(8), torch.rand(8)
-    torch.testing.assert_close(namespace["weighted_loss_loop"](w, xs, y, v), ex.reference_weighted_loss_loop(w, xs, y, v))
+    notebook_value = namespace["weighted_loss_loop"](w, xs, y, v)
+    torch.testing.assert_close(notebook_value, ex.reference_weighted_loss_loop(w, xs, y, v))

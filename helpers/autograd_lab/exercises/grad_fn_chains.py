@@ -221,8 +221,10 @@ SECOND_BACKWARD = {
 _WHY = {
     "A": "AddBackward0 passes the gradient on unchanged and SumBackward0 only keeps a shape: neither saves a tensor.",
     "B": "MulBackward0 saves both factors (d(ab)/da = b), and backward frees them.",
-    "C": "the gradient of a * 2 with respect to a is 2: MulBackward0 keeps that 2 as a saved tensor, freed by backward.",
-    "D": "SubBackward0 needs no tensor (its derivatives are 1 and -1) and MeanBackward0 keeps only a shape and a count.",
+    "C": "the gradient of a * 2 with respect to a is 2: MulBackward0 keeps that 2 as a saved tensor, "
+    "freed by backward.",
+    "D": "SubBackward0 needs no tensor (its derivatives are 1 and -1) and MeanBackward0 keeps only a shape "
+    "and a count.",
 }
 
 # Hints for a wrong item: the question to ask, not the verdict.

@@ -137,7 +137,8 @@ def check_leaves(answer) -> Feedback:
     names = list(tensors)
     unknown = sorted(chosen - set(names))
     if unknown:
-        shown = ", ".join(u if u.isidentifier() else repr(u) for u in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        shown = ", ".join(u if u.isidentifier() else repr(u) for u in unknown[:5])
+        shown += ", ..." if len(unknown) > 5 else ""
         return malformed(f"the snippet has no tensor named {shown}; its tensors are {', '.join(names)}.")
     leaves = {n for n, t in tensors.items() if t.is_leaf}
     lines = {line.split("=", 1)[0].strip(): line.strip() for line in LEAVES_SNIPPET.splitlines()}
@@ -292,7 +293,8 @@ def _value_problem(w: torch.Tensor, seen: list) -> Feedback | None:
                      "inside the function (torch.rand draws new ones on every call).")
     values = w.detach().cpu().double()
     if not torch.isfinite(values).all():
-        return wrong(f"your weights contain {values.tolist()}: not all finite numbers. Draw them with torch.rand(3) * 0.01.")
+        return wrong(f"your weights contain {values.tolist()}: not all finite numbers. "
+                     "Draw them with torch.rand(3) * 0.01.")
     if values.min() < _LOW or values.max() >= _HIGH:
         return wrong(
             "the weights should stay small, uniform in [0, 0.01) like the original's; got values from "

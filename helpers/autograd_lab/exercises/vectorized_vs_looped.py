@@ -19,8 +19,19 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..measure import count_nodes
-from . import Feedback, as_int, as_number, close, correct, describe_error, is_unanswered, malformed, never_raises
-from . import unanswered, wrong
+from . import (
+    Feedback,
+    as_int,
+    as_number,
+    close,
+    correct,
+    describe_error,
+    is_unanswered,
+    malformed,
+    never_raises,
+    unanswered,
+    wrong,
+)
 
 __all__ = [
     "check_looped_nodes",
@@ -62,7 +73,7 @@ _MAX_N = 10_000  # the largest batch whose looped graph the check builds (50 in 
 def _node_slips(n: int, per_sample: int, shared: int, vectorized: int, two: int) -> list:
     """(count, hint) for the usual miscounts of the looped graph; the first match names the slip."""
     return [
-        (vectorized, f"that is the size of the vectorized graph, which does not depend on N. The loop repeats "
+        (vectorized, "that is the size of the vectorized graph, which does not depend on N. The loop repeats "
                      "a whole path of nodes for every sample: count one path in the N = 2 drawing."),
         (per_sample * n, "you counted the per-sample paths, but not the nodes all samples share: the paths meet in "
                          "one node that stacks the losses, one node takes their mean, and the weight has one "
@@ -290,7 +301,8 @@ def check_vectorized_loss(answer) -> Feedback:
         return unanswered("your function itself, e.g. answer = weighted_loss_vectorized")
     if not callable(answer):
         return malformed(
-            f"answer should be the function (answer = weighted_loss_vectorized, no brackets), not a {type(answer).__name__}."
+            "answer should be the function (answer = weighted_loss_vectorized, no brackets), "
+            f"not a {type(answer).__name__}."
         )
     node_counts = {}
     for seed, (n, dim) in enumerate(_CASES):
