@@ -6,9 +6,11 @@ readiness check and ``tools/ensure_graphviz.py`` all show.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -77,14 +79,27 @@ def graphviz_install_hint() -> str:
 
 
 def _run_dot(args: list, stdin: str = "") -> tuple[int, str]:
-    """(exit code, output) of ``dot`` with ``args``; code -1 when it cannot start or answer in time."""
+    """(exit code, output) of ``dot`` with ``args``; code -1 when it cannot start or answer in time.
+
+    ``dot`` runs in a process group of its own, killed as a whole on a timeout: a wrapper script
+    whose child holds the output pipe open cannot make this wait.
+    """
     try:
-        done = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=DOT_CHECK_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return -1, f"no answer within {DOT_CHECK_TIMEOUT_S:g} s"
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=os.name == "posix")
     except OSError as err:
         return -1, str(err)
-    return done.returncode, (done.stderr + done.stdout).strip()
+    try:
+        out, err = proc.communicate(stdin, timeout=DOT_CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            if os.name == "posix":
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        proc.communicate()
+        return -1, f"no answer within {DOT_CHECK_TIMEOUT_S:g} s"
+    return proc.returncode, (err + out).strip()
 
 
 def graphviz_check() -> tuple[str | None, str | None]:
