@@ -84,7 +84,7 @@ def test_saved_tensors_takes_one_tensor_as_exclude():
 @pytest.mark.parametrize(
     "value, error",
     [(NAN, ValueError), (INF, ValueError), (-1.0, ValueError), (0, ValueError),
-     ("0.2", TypeError), (None, TypeError), (True, TypeError)],
+     ("0.2", TypeError), (None, TypeError), (True, TypeError), (200, ValueError)],
 )
 def test_time_call_min_run_time_must_be_a_finite_positive_number(value, error):
     refused(lambda: lab.time_call(lambda: None, min_run_time=value), error, "min_run_time")
@@ -251,6 +251,7 @@ def script(tmp_path):
     ({"timeout": INF}, ValueError, "timeout"),
     ({"timeout": -5}, ValueError, "timeout"),
     ({"timeout": 0}, ValueError, "timeout"),
+    ({"timeout": 60_000}, ValueError, "timeout seconds"),
     ({"timeout": "60"}, TypeError, "timeout"),
     ({"timeout": None}, TypeError, "timeout"),
     ({"nproc": 0}, ValueError, "nproc"),

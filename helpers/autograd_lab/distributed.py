@@ -69,6 +69,7 @@ KILL_WAIT_S = 5.0  # how long to wait for processes to vanish after SIGKILL
 POLL_S = 0.05  # how often the launcher looks whether torchrun has ended
 TREE_LOOK_S = 0.5  # how often it records torchrun's process tree
 MAX_NPROC = 64  # more local processes than this is a typo, not an experiment
+MAX_TIMEOUT_S = 3600.0  # a longer run belongs in a terminal, not in a notebook cell
 TAIL_LINES = 12  # lines of a failed rank's output shown in the error
 TIMEOUT_TAIL_LINES = 4  # lines of each rank's output shown after a timeout
 
@@ -315,7 +316,7 @@ def _check_arguments(script, nproc, timeout, port, env):
         raise FileNotFoundError(f"no script named {script.name}: write it first (the %%writefile cell).")
     if isinstance(nproc, bool) or not isinstance(nproc, int) or not 1 <= nproc <= MAX_NPROC:
         raise ValueError(f"nproc must be an int from 1 to {MAX_NPROC} (processes on this machine), got {nproc!r}.")
-    timeout = check_seconds("timeout", timeout)
+    timeout = check_seconds("timeout", timeout, at_most=MAX_TIMEOUT_S)
     if port is not None and not port_is_free(port):
         raise DistributedRunError(
             "port in use",

@@ -147,12 +147,18 @@ class Timing:
         return f"{self.label or 'call'}: {self.median * 1e3:.3f} ms (median of {self.runs})"
 
 
-def check_seconds(name: str, value) -> float:
-    """``value`` as a finite, positive number of seconds, or an error naming ``name``."""
+MAX_MIN_RUN_TIME_S = 60.0  # time_call measures for at most this long (more is a typo: milliseconds?)
+
+
+def check_seconds(name: str, value, at_most: float = math.inf) -> float:
+    """``value`` as a finite, positive number of seconds (at most ``at_most``), or an error naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a number of seconds, e.g. 0.2; got {type(value).__name__} {value!r}.")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite, positive number of seconds, e.g. 0.2; got {value!r}.")
+    if value > at_most:
+        raise ValueError(f"{name} is in seconds and at most {at_most:g} here; got {value!r} "
+                         "(milliseconds by mistake?).")
     return float(value)
 
 
@@ -164,7 +170,7 @@ def time_call(fn, *, min_run_time: float = 0.2, label: str = "", threads: int | 
     """
     if not callable(fn):
         raise TypeError(f"time_call expects a function taking no arguments, got {type(fn).__name__}.")
-    min_run_time = check_seconds("min_run_time", min_run_time)
+    min_run_time = check_seconds("min_run_time", min_run_time, at_most=MAX_MIN_RUN_TIME_S)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}.")
     if not isinstance(label, str):
