@@ -170,13 +170,14 @@ def _grad_slips(w: torch.Tensor, once: float, calls: int, loss_line: str) -> lis
     w_now = w.detach().clone().requires_grad_()
     with torch.no_grad():
         loss_value = float(eval(expression, {"torch": torch}, {"w": w_now}))  # the snippet's own line
+    trend, sign = ("grows with w", "positive") if once > 0 else ("falls as w grows", "negative")
     slips = [
         (once, f"{once:g} is what one backward call gives. The loop runs backward {calls} times, and each later "
                "call adds its gradient to the .grad already there instead of replacing it."),
         ((calls + 1) * once, f"that counts {calls + 1} backward calls; range({calls}) runs the loop body {calls} "
                              "times."),
-        (-calls * once, "right size, wrong sign: at this w the loss grows with w, so d(loss)/dw is positive."),
-        (-once, f"wrong sign, and only one call's worth: d(loss)/dw is positive here, and {calls} calls add up."),
+        (-calls * once, f"right size, wrong sign: at this w the loss {trend}, so d(loss)/dw is {sign}."),
+        (-once, f"wrong sign, and only one call's worth: d(loss)/dw is {sign} here, and {calls} calls add up."),
         (loss_value, f"that is the loss value ({loss_value:g} per step); .grad holds the derivative of the loss "
                      "with respect to w, summed over the backward calls."),
         (calls * loss_value, f"that sums the loss values ({loss_value:g} per step); .grad holds the derivative of "

@@ -222,19 +222,20 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
         (g,) = torch.autograd.grad(out.sum(), leaf, allow_unused=True)
     except Exception as err:
         return wrong(f"computing the gradient of your result raised {describe_error(err)}"), None
-    if x.shape[1] != _CASES[0][1] and not close(out.detach(), reference_weighted_loss_loop(w, x, y, weights)):
-        return wrong(f"right for x with {_CASES[0][1]} columns, but not with {x.shape[1]}: does your function assume a "
-                     "width? Use x @ w, which works for any D."), None
+    value = out.detach().cpu()  # a learner may have moved the work to another device
     ref_w = w.clone().requires_grad_(True)
     ref = reference_weighted_loss_loop(ref_w, x, y, weights)
     ref_nodes = count_nodes(ref)
     (ref_g,) = torch.autograd.grad(ref, ref_w)
-    if not close(out.detach(), ref.detach()):
+    if not close(value, ref.detach()):
+        if x.shape[1] != _CASES[0][1]:
+            return wrong(f"right for x with {_CASES[0][1]} columns, but not with {x.shape[1]}: does your function "
+                         "assume a width? Use x @ w, which works for any D."), None
         return wrong(
-            f"with N = {len(y)} samples the loop gives {ref.item():.6g}, yours {out.item():.6g}: "
-            + _value_hint(out.detach(), w, x, y, weights)
+            f"with N = {len(y)} samples the loop gives {ref.item():.6g}, yours {value.item():.6g}: "
+            + _value_hint(value, w, x, y, weights)
         ), None
-    if g is None or not close(g, ref_g):
+    if g is None or not close(g.cpu(), ref_g):
         return wrong(
             "same value, but a different gradient with respect to w: part of your computation is cut off "
             "from the graph (a .detach(), .data or a tensor rebuilt from numbers)."
