@@ -6,7 +6,9 @@ outputs concatenated into one loss) although their gradient is right; (b) right 
 from the worked solution, which must pass; (c) answers and learner code that must not make a check raise.
 """
 
+import json
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -580,3 +582,25 @@ def test_06_loss_divisor_wrong_get_their_hint(answer, words):
 @pytest.mark.parametrize("answer", ["4", float("nan"), float("inf"), True, [4], torch.zeros(1, device="meta")])
 def test_06_loss_divisor_malformed_never_raises(answer):
     assert ex06.check_loss_divisor(answer).status == "malformed"
+
+
+# =========================================================================== placeholders: as the notebooks show them
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+MODULES = {"04": ex04, "05": ex05, "06": ex06}
+
+
+@pytest.mark.parametrize("notebook, cell_id", [
+    (notebook, cell_id)
+    for notebook in ("04_gradient_accumulation", "05_accumulation_pitfalls", "06_accumulation_across_processes")
+    for cell_id in ("ex1", "ex2", "ex3")
+])
+def test_unanswered_feedback_matches_the_stored_notebook_output(notebook, cell_id):
+    cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text(encoding="utf-8"))["cells"]
+    cell = next(c for c in cells if c.get("id") == cell_id)
+    *body, last = "".join(cell["source"]).strip().splitlines()
+    namespace = {"torch": torch, "nn": nn, "F": F, "mse_loss": F.mse_loss, "ex": MODULES[notebook[:2]]}
+    exec("\n".join(body), namespace)
+    feedback = eval(last, namespace)
+    stored = ["".join(o["data"]["text/plain"]) for o in cell["outputs"] if "text/plain" in o.get("data", {})]
+    assert feedback.status == "unanswered" and stored == [repr(feedback)]
