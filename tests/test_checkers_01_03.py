@@ -320,6 +320,16 @@ def test_make_weight_is_deterministic_and_leaves_the_learners_random_state_alone
     assert repr(first) == repr(lt.check_make_weight(lambda: (torch.rand(3) * 0.0093).requires_grad_()))
 
 
+def test_make_weight_prints_of_the_learner_show_for_the_checked_calls_only(capsys):
+    def chatty():
+        w = (torch.rand(3) * 0.01).requires_grad_()
+        print("made", w.shape)
+        return w
+
+    assert lt.check_make_weight(chatty, trials=5).passed
+    assert capsys.readouterr().out.count("made") == 5
+
+
 # ---------------------------------------------------------------- 02 exercise 1: predict the chain
 
 
