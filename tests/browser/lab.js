@@ -293,6 +293,19 @@
       return norm(c.value) === norm(expected);
     },
 
+    // One cell as cells() describes it (its source as the notebook model holds it now, its outputs).
+    cell(cellId) {
+      const cell = cellById(cellId);
+      return cell ? cellSummary(cell) : null;
+    },
+
+    // True once the kernel is idle and the cell has run since `count` (its execution count differs).
+    ranAgain(cellId, count) {
+      const cell = cellById(cellId);
+      const k = kernel();
+      return !!cell && !!k && k.status === "idle" && cell.model.executionCount !== count;
+    },
+
     scrollToCell(cellId) {
       const cell = cellById(cellId);
       if (cell) cell.node.scrollIntoView({ block: "center" });

@@ -5,6 +5,12 @@ tools/classroom.py) is opened in JupyterLab and run with *Restart Kernel and Run
 student would. Every cell before the first exercise's autograder cell runs without error; that cell
 fails with the check's own instruction ("Your turn: replace the ... with ..."), and Run All stops
 there, as it does at any failing cell. (tests/test_classroom.py runs every release to the end with nbgrader.)
+
+A learner of the course itself reveals a worked solution as the reveal cell under each exercise says. The
+same notebook is run whole: the answer cell shows "Your turn" and nothing shows a solution. Then, with real
+key presses, the "# " before ``%load`` in the first reveal cell is deleted and the cell run (Shift+Enter):
+JupyterLab replaces the cell's content with the solution file (IPython's ``%load`` asks the front end to)
+and leaves the answer cell above as it was. Run again, the solution's own check says "Correct".
 """
 
 from __future__ import annotations
@@ -30,15 +36,19 @@ if "classroom_tool" not in sys.modules:
     _spec.loader.exec_module(classroom)
 
 
+def first_exercise():
+    """The first notebook with exercises, and its first exercise."""
+    for path in NOTEBOOKS:
+        found = classroom.exercises(nbformat.read(path, as_version=4), path.parent, path.name)
+        if found:
+            return path, found[0]
+    pytest.skip("no notebook has exercises")
+
+
 def test_student_release_runs_in_jupyterlab_until_the_first_exercise(lab, tmp_path):
     pytest.importorskip("nbgrader", reason="the classroom extra is not installed")
-    path = next((p for p in NOTEBOOKS if classroom.exercises(nbformat.read(p, as_version=4))), None)
-    if path is None:
-        pytest.skip("no notebook has exercises")
+    path, first = first_exercise()
     (release,) = classroom.generate([path], tmp_path / "course", lab.server.root / "student")
-    source = nbformat.read(path, as_version=4)
-    classroom.annotate(source, path.name)
-    first = classroom.exercises(source)[0]
 
     lab.open(f"student/{release.name}")
     lab.js("() => window.alTest.startRun()")
@@ -56,3 +66,51 @@ def test_student_release_runs_in_jupyterlab_until_the_first_exercise(lab, tmp_pa
     failed = [o for o in cells[stop]["outputs"] if o["type"] == "error"]
     assert failed and failed[0]["ename"] == "AssertionError", f"{first.test_id} should fail in the release: {failed}"
     assert failed[0]["evalue"].startswith("Your turn: replace the ..."), failed[0]["evalue"]
+
+
+def run_cell_with_keys(lab, cell_id: str, edit=None):
+    """Click into a cell's editor, optionally edit it with key presses, and run it with Shift+Enter."""
+    before = lab.js("(id) => window.alTest.cell(id).executionCount", cell_id)
+    lab.js("(id) => window.alTest.scrollToCell(id)", cell_id)
+    lab.page.locator(f'[data-al-cell-id="{cell_id}"] .jp-InputArea-editor').click()
+    if edit:
+        edit(lab.page.keyboard)
+    lab.page.keyboard.press("Shift+Enter")
+    lab.wait(
+        "([id, n]) => window.alTest.ranAgain(id, n)", [cell_id, before], timeout_s=60, what=f"cell {cell_id} to run"
+    )
+
+
+def uncomment_last_line(keyboard):
+    keyboard.press("Control+End")  # the end of the cell: the "# %load ..." line
+    keyboard.press("Home")
+    keyboard.press("Delete")  # "#"
+    keyboard.press("Delete")  # " "
+
+
+def test_reveal_cell_loads_the_solution_and_its_check_passes(lab):
+    path, first = first_exercise()
+    reveal_id = f"{first.solution_id}-reveal"
+    lab.open(path.relative_to(REPO).as_posix())
+    lab.js("() => window.alTest.startRun()")
+    lab.wait("() => window.alTest.finished()", timeout_s=RUN_TIMEOUT, what="Restart Kernel and Run All Cells")
+    answer = lab.js("(id) => window.alTest.cell(id)", first.solution_id)
+    assert lab.js("(id) => window.alTest.outputText(id)", first.solution_id).startswith("Your turn")
+    reveal = lab.js("(id) => window.alTest.cell(id)", reveal_id)
+    assert reveal and not reveal["outputs"], "the reveal cell shows nothing until it is used"
+
+    lab.focus_cell = reveal_id
+    run_cell_with_keys(lab, reveal_id, uncomment_last_line)
+    lab.wait(
+        "([id, text]) => window.alTest.cell(id).source.includes(text)",
+        [reveal_id, first.region.splitlines()[-1]],
+        timeout_s=30,
+        what="%load to put the solution into the reveal cell",
+    )
+    loaded = lab.js("(id) => window.alTest.cell(id).source", reveal_id)
+    assert loaded.rstrip().endswith(first.check_call) and first.region.strip() in loaded
+    assert lab.js("(id) => window.alTest.cell(id).source", first.solution_id) == answer["source"], "the answer stays"
+
+    run_cell_with_keys(lab, reveal_id)
+    shown = lab.js("(id) => window.alTest.outputText(id)", reveal_id)
+    assert shown.startswith("Correct"), shown
