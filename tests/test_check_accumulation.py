@@ -269,3 +269,24 @@ def test_record_passes_counts_graphs_per_backward_and_ignores_gradient_free_forw
     assert log.outputs_per_backward == [1, 1, 1, 3, 3] and log.most_outputs_per_backward == 3
     model(xs[0]).sum().backward()  # the hooks are gone after the block
     assert len(log.forward_sizes) == 9 and len(log.outputs_per_backward) == 5
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(seed=1.5), TypeError, "seed"),
+    (dict(atol=float("nan")), ValueError, "atol must be a finite number"),
+    (dict(rtol=-1e-3), ValueError, "rtol must be a finite number"),
+    (dict(atol="small"), ValueError, "atol"),
+])
+def test_seed_and_tolerances_are_validated(data, kwargs, error, words):
+    X, Y = data
+    with pytest.raises(error, match=words):
+        check_accumulation(_mlp(), nn.MSELoss(), X, Y, 2, **kwargs)
+
+
+@pytest.mark.parametrize("make", [lambda t: t.to("meta"), lambda t: t.to_sparse()], ids=["meta", "sparse"])
+@pytest.mark.parametrize("which", ["inputs", "targets"])
+def test_meta_and_sparse_batches_are_refused_at_the_boundary(data, make, which):
+    X, Y = data
+    X, Y = (make(X), Y) if which == "inputs" else (X, make(Y))
+    with pytest.raises(TypeError, match=f"{which} must be an ordinary dense tensor"):
+        check_accumulation(_mlp(), nn.MSELoss(), X, Y, 2)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import math
 import operator
 from dataclasses import dataclass, field
 
@@ -164,6 +165,10 @@ def _check_batch(model, inputs, targets):
     for name, t in (("inputs", inputs), ("targets", targets)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor holding the whole batch, got {type(t).__name__}.")
+        if t.is_meta or t.layout != torch.strided:
+            raise TypeError(f"{name} must be an ordinary dense tensor with values; got a "
+                            f"{'meta' if t.is_meta else str(t.layout).replace('torch.', '')} tensor "
+                            "(for a sparse one, pass .to_dense()).")
         if t.dim() == 0:
             raise ValueError(f"{name} is a 0-dimensional tensor; its first dimension must be the batch.")
         if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
@@ -558,6 +563,11 @@ def check_accumulation(
     """
     _check_callables(model, loss_fn, optimizer)
     _check_batch(model, inputs, targets)
+    seed = _count_argument("seed", seed, "the random seed both runs start from")
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                      and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0 (or None for the dtype's default), got {value!r}.")
     k, sizes = _split(k, sizes, inputs.shape[0])
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {', '.join(repr(s) for s in SCALES)}; got {scale!r}.")
