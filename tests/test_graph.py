@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 import torch
+
 from autograd_lab import chain, draw_graph, graph_nodes
 from autograd_lab.graph import GraphvizMissing, install_hint
 

@@ -7,6 +7,8 @@ import time
 
 import pytest
 import torch
+from torch import nn
+
 from autograd_lab import chain, draw_graph, graph_nodes
 from autograd_lab.bounded import (
     MAX_BENDS,
@@ -18,7 +20,6 @@ from autograd_lab.bounded import (
     run_dot,
 )
 from autograd_lab.graphmodel import Node, leaf_of, node_name, title, walk
-from torch import nn
 
 
 def seed_model():
@@ -88,6 +89,7 @@ def test_deep_graphs_walk_and_chain_without_recursion(n):
     lines = chain(loss).splitlines()
     assert lines[0].startswith("DivBackward0 -> AddBackward0") and len(lines) == 2 * n - 1
     assert lines[-1].endswith("(AccumulateGrad, shared: see above)")
+    assert max(map(len, lines)) < 250 and any(f"[level {n - 1}] " in line for line in lines)  # no huge margins
 
 
 def test_chain_of_notebook_03_looped_loss_at_10000():
@@ -163,7 +165,15 @@ def fake_dot(tmp_path, body):
     return path
 
 
-def alive(pid):
+def alive(pid, wait=2.0):
+    """Whether ``pid`` still runs ``wait`` seconds from now (a SIGKILL is delivered asynchronously)."""
+    deadline = time.monotonic() + wait
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _running(pid)
+
+
+def _running(pid):
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -1,6 +1,7 @@
 """The stepper renders per-step gradients as data: a learner's real .grad is never read or written."""
 
 import torch
+
 from autograd_lab import stepper
 
 

@@ -23,7 +23,7 @@ import torch
 
 from . import bounded
 from .bounded import DOT_TIMEOUT_S, GraphTooSlow, GraphvizMissing, install_hint, run_dot
-from .graphmodel import Graph, check_tensor, node_name, output_names, title, walk
+from .graphmodel import Graph, check_tensor, node_name, output_names, roots_of, title, visit, walk
 
 COLOURS = {
     "op": "lightgrey",  # a backward node (grad_fn)
@@ -35,6 +35,7 @@ COLOURS = {
 }
 FONT = "Helvetica"
 DIRECTIONS = ("BT", "TB", "LR", "RL")
+CHAIN_MAX_INDENT = 25  # chain(): levels of indentation before a deep graph's level is written as a number
 
 __all__ = [
     "AutogradGraph",
@@ -55,7 +56,7 @@ def graph_nodes(tensors) -> list:
     Depth-first along ``grad_fn.next_functions``, inputs in order: the order the
     drawing and the text chain use. ``AccumulateGrad`` nodes are included.
     """
-    return [node.fn for node in walk(tensors, what="graph_nodes").nodes]
+    return visit([t.grad_fn for t in roots_of(tensors, "graph_nodes")])[0]
 
 
 def _fmt_number(x: float) -> str:
@@ -290,12 +291,19 @@ def chain(tensor, *, show_none: bool = False, params=None) -> str:
     return "\n".join(chain_lines(model, model.output_nodes[0], show_none))
 
 
+def _margin(level: int) -> str:
+    """Four spaces per level of branching; past ``CHAIN_MAX_INDENT`` levels the level is written as a number."""
+    if level <= CHAIN_MAX_INDENT:
+        return " " * 4 * level
+    return " " * 4 * CHAIN_MAX_INDENT + f"[level {level}] "
+
+
 def chain_lines(model: Graph, start: int, show_none: bool = False) -> list[str]:
     """The lines of :func:`chain`, walked with an explicit stack (no recursion limit on deep graphs)."""
     nodes, seen, lines = model.nodes, set(), []
-    stack = [(start, 0, "")]  # (node index or None, indent, lead), the next line to write on top
+    stack = [(start, 0, "")]  # (node index or None, level, lead), the next line to write on top
     while stack:
-        i, indent, lead = stack.pop()
+        i, level, lead = stack.pop()
         parts = []
         while True:
             if i is not None and i in seen:
@@ -307,8 +315,8 @@ def chain_lines(model: Graph, start: int, show_none: bool = False) -> list[str]:
             seen.add(i)
             inputs = [j for j in nodes[i].inputs if show_none or j is not None]
             if len(inputs) != 1:
-                stack.extend((j, indent + 4, "-> ") for j in reversed(inputs))
+                stack.extend((j, level + 1, "-> ") for j in reversed(inputs))
                 break
             i = inputs[0]
-        lines.append(" " * indent + lead + " -> ".join(parts))
+        lines.append(_margin(level) + lead + " -> ".join(parts))
     return lines

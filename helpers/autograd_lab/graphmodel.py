@@ -31,6 +31,7 @@ __all__ = [
     "param_names",
     "saved_tensors",
     "title",
+    "visit",
     "walk",
 ]
 
@@ -205,17 +206,14 @@ class Graph:
         return dataclasses.replace(self, nodes=nodes)
 
 
-def walk(tensors, params=None, *, saved: bool = False, what: str = "draw_graph") -> Graph:
-    """Walk the graph behind ``tensors`` once (iteratively) into a :class:`Graph`.
+def visit(root_fns) -> tuple[list, list, dict]:
+    """The walk itself: backward nodes in order of first appearance (depth first, inputs in order).
 
-    params  names for leaves: a dict {name: tensor}, an nn.Module, or (name, tensor) pairs.
-    saved   also collect the tensors each node saved for backward (slower: it reads every attribute).
+    Returns (nodes, each node's inputs as objects, {id(node): position}). A loop, not recursion: any depth
+    walks. The input lists keep every node object alive, so no id() is reused during the walk.
     """
-    roots = roots_of(tensors, what)
-    names = param_names(params)
-    root_fns = [t.grad_fn for t in roots]  # read once: some tensors hand out a new node at every access
     index: dict[int, int] = {}
-    order, children = [], []  # children keep every node object alive, so no id() is reused mid-walk
+    order, children = [], []
     stack = [fn for fn in reversed(root_fns) if fn is not None]
     while stack:
         fn = stack.pop()
@@ -225,7 +223,20 @@ def walk(tensors, params=None, *, saved: bool = False, what: str = "draw_graph")
         order.append(fn)
         kids = [child for child, _ in fn.next_functions]
         children.append(kids)
-        stack.extend(child for child in reversed(kids) if child is not None and id(child) not in index)
+        stack += [child for child in reversed(kids) if child is not None and id(child) not in index]
+    return order, children, index
+
+
+def walk(tensors, params=None, *, saved: bool = False, what: str = "draw_graph") -> Graph:
+    """Walk the graph behind ``tensors`` once (iteratively) into a :class:`Graph`.
+
+    params  names for leaves: a dict {name: tensor}, an nn.Module, or (name, tensor) pairs.
+    saved   also collect the tensors each node saved for backward (slower: it reads every attribute).
+    """
+    roots = roots_of(tensors, what)
+    names = param_names(params)
+    root_fns = [t.grad_fn for t in roots]  # read once: some tensors hand out a new node at every access
+    order, children, index = visit(root_fns)
     nodes = [
         Node.of(fn, names, tuple(None if c is None else index[id(c)] for c in kids), saved)
         for fn, kids in zip(order, children)
