@@ -57,12 +57,14 @@ def only_asserts(code: str) -> bool:
     except SyntaxError:  # an IPython magic: not an assert-only cell
         return False
 
+    def holds_only_asserts(s):
+        if isinstance(s, ast.Assert):
+            return True
+        nested = isinstance(s, (ast.For, ast.If, ast.With)) and asserts(s.body)
+        return nested and (not getattr(s, "orelse", None) or asserts(s.orelse))
+
     def asserts(stmts):
-        return bool(stmts) and all(
-            isinstance(s, ast.Assert)
-            or (isinstance(s, (ast.For, ast.If, ast.With)) and asserts(s.body) and (not getattr(s, "orelse", None) or asserts(s.orelse)))
-            for s in stmts
-        )
+        return bool(stmts) and all(holds_only_asserts(s) for s in stmts)
 
     return asserts(body)
 
@@ -91,7 +93,7 @@ def test_no_stale_widget_state_no_errors_no_addresses_no_paths(path):
             continue
         for out in cell.get("outputs", []):
             if out["output_type"] == "error":
-                assert "raises-exception" in tags(cell), f"{path.name} cell {i}: error output in a cell not tagged raises-exception"
+                assert "raises-exception" in tags(cell), f"{path.name} cell {i}: error output, not tagged raises-exception"
             text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
             text += "".join(out.get("traceback", []))
             if IGNORE_TAG not in tags(cell):
@@ -136,7 +138,8 @@ def test_no_test_scaffolding_in_the_learners_view(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_exercise_has_its_reveal_cell_and_solution_file(path):
     nb = nbformat.read(path, as_version=4)
-    assert classroom.structure_problems(nb, path.parent, path.name) == []
+    problems = classroom.structure_problems(nb, path.parent, path.name)
+    assert not problems, "\n".join(problems)
     for ex in classroom.exercises(nb, path.parent, path.name):
         answer = next(c for c in nb.cells if c.get("id") == ex.solution_id)
         shown = "".join("".join(o.get("data", {}).get("text/plain", "")) for o in answer.outputs)
