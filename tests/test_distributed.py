@@ -222,7 +222,7 @@ def test_a_hang_ends_at_the_timeout_and_leaves_no_process(tmp_path, monkeypatch)
         "print('waiting for a peer that never comes', flush=True)\n"
         "time.sleep(600)\n")
     marker = f"lab-test-{uuid.uuid4().hex}"
-    timeout = 6.0
+    timeout = 10.0  # long enough for torchrun to start both ranks on a busy 2-core machine
     start = time.monotonic()
     with pytest.raises(dl.DistributedRunError) as info:
         dl.torchrun(script, marker, tmp_path, nproc=2, timeout=timeout)
