@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import functools
 import html
+import itertools
 import math
 import numbers
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "is_unanswered",
     "as_number",
     "as_int",
+    "as_names",
     "describe_error",
     "close",
     "never_raises",
@@ -129,6 +132,19 @@ def as_int(answer) -> int | None:
     return int(value)
 
 
+def as_names(answer, limit: int = 100) -> list | None:
+    """A learner's collection of names as a list, in the order given, or None when it is not one.
+
+    A set, frozenset, list, tuple, dict keys view, generator or other iterator counts;
+    a string, a mapping, a tensor or array does not, and neither does one of more than
+    ``limit`` items (an endless generator is read no further). The items are not checked.
+    """
+    if isinstance(answer, (str, bytes, Mapping)) or hasattr(answer, "shape") or not isinstance(answer, Iterable):
+        return None
+    items = list(itertools.islice(iter(answer), limit + 1))
+    return items if len(items) <= limit else None
+
+
 def describe_error(err: BaseException) -> str:
     """``"TypeError: first line of the message"``: how feedback names an exception a learner's code raised."""
     first = str(err).splitlines()[0] if str(err) else ""
@@ -149,8 +165,9 @@ def close(a, b, *, rtol: float = 1e-5, atol: float = 1e-7) -> bool:
 def never_raises(check):
     """Wrap a check so that nothing a learner's answer does escapes as an exception.
 
-    An exception inside the check becomes ``malformed`` feedback naming the error;
-    ``KeyboardInterrupt`` and ``SystemExit`` still propagate.
+    An exception inside the check becomes ``malformed`` feedback naming the error. ``KeyboardInterrupt``,
+    ``SystemExit`` and the other ``BaseException`` subclasses (``GeneratorExit``, ``CancelledError``)
+    propagate: they are requests to stop, not mistakes in an answer.
     """
 
     @functools.wraps(check)

@@ -16,8 +16,7 @@ from collections import Counter
 
 import torch
 
-from . import Feedback, as_number, correct, is_unanswered, malformed, never_raises, unanswered, wrong
-from .leaf_tensors import as_names
+from . import Feedback, as_names, as_number, correct, is_unanswered, malformed, never_raises, unanswered, wrong
 
 __all__ = [
     "chain_expression",

@@ -17,18 +17,27 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
-import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import torch
 
-from . import Feedback, as_number, correct, describe_error, is_unanswered, malformed, never_raises, unanswered, wrong
+from . import (
+    Feedback,
+    as_names,
+    as_number,
+    correct,
+    describe_error,
+    is_unanswered,
+    malformed,
+    never_raises,
+    unanswered,
+    wrong,
+)
 
 __all__ = [
     "GRAD_SNIPPET",
     "LEAVES_SNIPPET",
-    "as_names",
     "check_grad_after_two_backwards",
     "check_leaves",
     "check_make_weight",
@@ -55,19 +64,6 @@ def run_snippet(snippet: str) -> dict:
     namespace: dict = {"torch": torch}
     exec(snippet, namespace)  # the snippets are this module's own constants
     return {name: value for name, value in namespace.items() if isinstance(value, torch.Tensor)}
-
-
-def as_names(answer, limit: int = 100) -> list | None:
-    """A learner's collection of names as a list, in the order given, or None when it is not one.
-
-    A set, frozenset, list, tuple, dict keys view, generator or other iterator counts;
-    a string, a mapping, a tensor or array does not, and neither does one of more than
-    ``limit`` items (an endless generator is read no further). The items are not checked.
-    """
-    if isinstance(answer, (str, bytes, Mapping)) or hasattr(answer, "shape") or not isinstance(answer, Iterable):
-        return None
-    items = list(itertools.islice(iter(answer), limit + 1))
-    return items if len(items) <= limit else None
 
 
 def _fn_name(t: torch.Tensor) -> str:
