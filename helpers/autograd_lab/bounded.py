@@ -6,9 +6,10 @@ loss of notebook 03, every sample's path ending at the weight ``w``) makes its
 crossing minimisation explode: minutes for 200 samples. So before any layout:
 
 1. a graph small enough, with no node used by too many others, is drawn as it is;
-2. otherwise identical branches are folded: inputs of one node that are the same
+2. otherwise repeated structure is folded: inputs of one node that are the same
    chain of operations down to the same shared nodes are drawn once, their edge
-   labelled with the count ("x 200");
+   labelled with the count ("x 200"), and a chain of identical links (a loss summed
+   one sample at a time) is drawn as one link with a loop that counts them;
 3. if the folded graph is still too big, the learner gets a text summary (node
    counts by kind, the widest fan-in) and a sentence saying why.
 
@@ -176,29 +177,72 @@ def _signatures(model: Graph) -> list:
     return sig
 
 
-def fold(model: Graph) -> tuple[Graph, dict, dict]:
-    """Identical branches into one node drawn once: (folded graph, {(node, input): count}, old -> new index).
+def _spine(model: Graph, fan: list, i: int) -> int | None:
+    """The position of node ``i``'s input that repeats its operation (``total = total + ...``), if just one."""
+    node = model.nodes[i]
+    found = [
+        p for p, j in enumerate(node.inputs) if j is not None and fan[j] == 1 and model.nodes[j].name == node.name
+    ]
+    return found[0] if len(found) == 1 else None
 
-    Only branches used by one node each are folded; nodes shared by several (a weight) stay one node.
+
+def _link(model: Graph, fan: list, sig: list, i: int, p: int) -> tuple:
+    """What a chain link is made of: its operation and its other inputs (the chain's own input left out)."""
+    node = model.nodes[i]
+    tokens = tuple(
+        "chain" if q == p else None if j is None else ("shared", j) if fan[j] > 1 else sig[j]
+        for q, j in enumerate(node.inputs)
+    )
+    return node.name, node.param, tokens
+
+
+def _run(model: Graph, fan: list, sig: list, i: int) -> tuple[int, int, int | None]:
+    """(links, last, position) of the chain of identical links starting at node ``i`` (links = 1: none)."""
+    p = _spine(model, fan, i)
+    if p is None:
+        return 1, i, None
+    key, links, last = _link(model, fan, sig, i, p), 1, i
+    while True:
+        j = model.nodes[last].inputs[p]
+        if j is None or fan[j] != 1 or _link(model, fan, sig, j, p) != key:  # the chain's input may differ
+            return links, last, p
+        links, last = links + 1, j
+
+
+def _kept_inputs(model: Graph, i: int, fan: list, sig: list, counts: dict) -> list:
+    """Node ``i``'s inputs once repeated structure is folded; what was folded is counted in ``counts``."""
+    inputs = list(model.nodes[i].inputs)
+    links, last, p = _run(model, fan, sig, i)
+    if links > 1:  # a chain of identical links: drawn once, with a loop counting them
+        counts[(i, i)] = links
+        inputs[p] = model.nodes[last].inputs[p]
+    first: dict = {}  # signature -> the input drawn for its whole group of identical branches
+    kept = []
+    for j in inputs:
+        if j is not None and fan[j] == 1 and sig[j] in first:
+            counts[(i, first[sig[j]])] = counts.get((i, first[sig[j]]), 1) + 1
+            continue
+        if j is not None and fan[j] == 1:
+            first[sig[j]] = j
+        kept.append(j)
+    return kept
+
+
+def fold(model: Graph) -> tuple[Graph, dict, dict]:
+    """Repeated structure drawn once: (folded graph, {(node, input): copies}, old -> new index).
+
+    Identical branches into one node become one branch, counted on its edge; a chain of identical
+    links (a loss summed one sample at a time) becomes one link, counted on a loop (key (node, node)).
+    Nodes used by several others (a weight) are never folded away.
     """
     fan, sig = model.fan_in(), _signatures(model)
     kept_inputs, counts = {}, {}
     stack = [i for i in model.output_nodes if i is not None]
     while stack:
         i = stack.pop()
-        if i in kept_inputs:
-            continue
-        first: dict = {}  # signature -> the input drawn for the whole group
-        inputs = []
-        for j in model.nodes[i].inputs:
-            if j is not None and fan[j] == 1 and sig[j] in first:
-                counts[(i, first[sig[j]])] = counts.get((i, first[sig[j]]), 1) + 1
-                continue
-            if j is not None and fan[j] == 1:
-                first[sig[j]] = j
-            inputs.append(j)
-        kept_inputs[i] = inputs
-        stack.extend(j for j in inputs if j is not None)
+        if i not in kept_inputs:
+            kept_inputs[i] = _kept_inputs(model, i, fan, sig, counts)
+            stack.extend(j for j in kept_inputs[i] if j is not None)
     new = {old: k for k, old in enumerate(sorted(kept_inputs))}
     nodes = tuple(
         dataclasses.replace(model.nodes[old], inputs=tuple(None if j is None else new[j] for j in kept_inputs[old]))
@@ -231,7 +275,7 @@ def summary(model: Graph, show_saved: bool = False) -> str:
     )
     lines = [
         f"autograd graph of {len(model.nodes)} backward nodes, not drawn: Graphviz would take too long to lay it "
-        f"out ({why}), even with identical branches folded.",
+        f"out ({why}), even with repeated structure folded.",
         "  nodes by kind: " + ", ".join(f"{name} x {n}" for name, n in kinds),
         f"  most used node: {title(model.nodes[busiest])}, input of {fan[busiest]} nodes",
         "  chain(tensor) prints the whole graph as text; draw a smaller case (fewer samples) to see its shape.",
@@ -249,10 +293,9 @@ def draw_within_limits(model: Graph, marks: dict, style: dict, *, direction, siz
         marks = _remap(marks, new_index)
         labels = {key: f"x {n}" for key, n in counts.items()}
         labels.update(marks.pop("edge_labels"))
-        repeated = max(counts.values())
         note = (
-            f"folded: {len(model.nodes)} nodes, with {repeated} identical branches drawn once; "
-            f"'x {repeated}' on an edge counts them. All of it would take Graphviz too long to lay out"
+            f"folded: {len(model.nodes)} nodes are too many for Graphviz to lay out quickly, so repeated "
+            "structure is drawn once; 'x N' on an edge counts its copies, on a loop the links of a chain"
         )
         return render(folded, **style, **marks, edge_labels=labels, direction=direction, size=size, note=note)
     graph = render(Graph(nodes=(), outputs=(), output_nodes=()), direction=direction, size=size)

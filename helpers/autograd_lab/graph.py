@@ -151,7 +151,8 @@ def _add_nodes(graph, text, model: Graph, opts: dict) -> None:
 
 
 def _add_edges(graph, text, model: Graph, labels: Mapping) -> None:
-    for child, parent in model.edges():
+    loops = [(a, a) for a, b in labels if a == b]  # a folded chain: one node standing for many in a row
+    for child, parent in model.edges() + loops:
         note = labels.get((parent, child), "")
         graph.edge(f"n{child}", f"n{parent}", label=f" {note} " if note else "")
         text.append(f"n{child} -> n{parent}" + (f"  {note}" if note else ""))
