@@ -1,0 +1,256 @@
+"""Answer checks for notebook 07, beyond backward().
+
+Exercises 1 and 2 show a snippet; its text lives here (the notebook's prompt shows the same
+lines, and a test keeps the two equal), and every reference answer comes from running it.
+Exercise 3 takes the learner's own ``torch.autograd.Function`` and compares its backward with
+the derivative written out below, in float64, at points chosen so that each usual slip gives a
+different gradient. No check raises on a learner's answer (each is wrapped in ``never_raises``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+
+from . import Feedback, as_number, close, correct, describe_error, is_unanswered, malformed, never_raises, unanswered
+from . import wrong
+from .leaf_tensors import as_names
+
+__all__ = [
+    "FREEZE_SNIPPET",
+    "HOOK_SNIPPET",
+    "check_frozen_grads",
+    "check_hook_grad",
+    "check_silu_backward",
+    "frozen_run",
+    "hook_run",
+    "silu_derivative",
+]
+
+HOOK_SNIPPET = """\
+x = torch.tensor(3.0, requires_grad=True)
+y = x ** 2
+y.register_hook(lambda grad: grad * 2)
+z = 5 * y + x
+z.backward()"""
+
+FREEZE_SNIPPET = """\
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+for p in model[0].parameters():
+    p.requires_grad_(False)
+model.eval()
+loss = model(torch.ones(4, 2)).sum()
+loss.backward()"""
+
+
+def _run(snippet: str) -> dict:
+    namespace: dict = {"torch": torch, "nn": torch.nn}
+    exec(snippet, namespace)  # the snippets are this module's own constants
+    return namespace
+
+
+# ---------------------------------------------------------------- exercise 1: a hook that doubles the gradient
+
+
+def hook_run(*, hook: bool = True, direct_path: bool = True) -> dict:
+    """Run ``HOOK_SNIPPET`` (optionally without its hook line or its direct ``+ x`` path); its names.
+
+    ``y`` keeps its gradient (``retain_grad``), which PyTorch stores after the tensor's hooks ran.
+    """
+    lines = HOOK_SNIPPET.splitlines()
+    if not hook:
+        lines = [line for line in lines if "register_hook" not in line]
+    if not direct_path:
+        lines = [line.replace(" + x", "") for line in lines]
+    lines.insert(2, "y.retain_grad()")
+    return _run("\n".join(lines))
+
+
+def _hook_slips(right: float) -> list:
+    """(value, hint) for the usual slips, each value computed by running a variant of the snippet."""
+    unhooked = hook_run(hook=False)
+    plain, before_hook = float(unhooked["x"].grad), float(unhooked["y"].grad)
+    run = hook_run()
+    after_hook = float(run["y"].grad)
+    return [
+        (plain, f"{plain:g} is x.grad without the hook. The hook's return value replaces the gradient flowing into "
+                "y, and that doubled gradient is what travels on from y to x."),
+        (2 * plain, f"{2 * plain:g} doubles all of x.grad. The hook sits on y: it doubles only what flows through y; "
+                    "the direct path `+ x` brings its 1 to x.grad undoubled."),
+        (float(hook_run(direct_path=False)["x"].grad),
+         "the hook part is right, but x also reaches z directly through `+ x`, which adds its own 1 to x.grad."),
+        (plain - 1, "that leaves out both the hook (it doubles the gradient through y) and the direct path `+ x`."),
+        (after_hook, f"{after_hook:g} is the gradient at y after the hook. Backward goes on to x: multiply by "
+                     "dy/dx = 2x and add the direct path."),
+        (before_hook, "that is dz/dy, the gradient reaching y before the hook. The hook doubles it, then "
+                         "backward goes on to x (times dy/dx = 2x, plus the direct path)."),
+        (float(run["z"].detach()), "that is the value of z; x.grad holds dz/dx, with the hook's change applied."),
+    ]
+
+
+@never_raises
+def check_hook_grad(answer) -> Feedback:
+    """Exercise 1: the number in ``x.grad`` after ``HOOK_SNIPPET`` runs."""
+    if is_unanswered(answer):
+        return unanswered("a number: the value of x.grad after the snippet")
+    value = as_number(answer)
+    if value is None:
+        return malformed(f"give one number such as 7.5, not {type(answer).__name__}.")
+    if not math.isfinite(value):
+        return malformed(f"give a finite number, not {value}.")
+    run = hook_run()
+    right = float(run["x"].grad)
+    if close(value, right):
+        through_y = float(hook_run(direct_path=False)["x"].grad)
+        return correct(f"x.grad = {right:g}. The hook hands on {float(run['y'].grad):g} (twice dz/dy) from y, the "
+                       f"chain rule turns it into {through_y:g} at x, and the direct path `+ x` adds "
+                       f"{right - through_y:g}.")
+    for slip, hint in _hook_slips(right):
+        if close(value, slip):
+            return wrong(hint)
+    return wrong("follow the gradient backward from z: dz/dy reaches y, the hook replaces it with what it returns, "
+                 "then the chain rule carries that to x; x also gets dz/dx from the direct path `+ x`.")
+
+
+# ---------------------------------------------------------------- exercise 2: which parameters get .grad?
+
+
+def frozen_run() -> dict:
+    """Run ``FREEZE_SNIPPET``: {parameter name: its .grad (None or a tensor)}."""
+    model = _run(FREEZE_SNIPPET)["model"]
+    return {name: p.grad for name, p in model.named_parameters()}
+
+
+def _frozen_pattern(chosen: set, with_grad: set, names: list) -> str:
+    """A sentence naming the belief behind a whole wrong answer, when it is a common one ('' otherwise)."""
+    frozen = set(names) - with_grad
+    patterns = [
+        (set(), "model.eval() does not switch gradients off: it only changes how layers such as dropout and batch "
+                "norm behave. The forward still records, and backward still fills the parameters that require grad."),
+        (set(names), "the loop switched requires_grad off on model[0]'s parameters: backward skips them, and their "
+                     ".grad stays None."),
+        (frozen, "you chose the frozen parameters, the ones requires_grad_(False) switched off; backward fills "
+                 "the others."),
+        ({n for n in with_grad if n.endswith("weight")}, "a bias is a parameter too: it requires grad unless "
+                                                          "frozen, and backward fills it."),
+    ]
+    return next((text for pattern, text in patterns if chosen == pattern), "")
+
+
+@never_raises
+def check_frozen_grads(answer) -> Feedback:
+    """Exercise 2: the set of parameter names (``model.named_parameters()``) whose ``.grad`` is not None."""
+    if is_unanswered(answer):
+        return unanswered('the set of parameter names whose .grad is not None, e.g. {"0.weight"}')
+    form = 'a set of parameter names (strings) such as {"0.weight"}'
+    items = None if isinstance(answer, Mapping) else as_names(answer)
+    if items is None or not all(isinstance(a, str) for a in items):
+        return malformed(f"expected {form}; got {type(answer).__name__}.")
+    grads = frozen_run()
+    names = list(grads)
+    chosen = {a.strip() for a in items}
+    unknown = sorted(chosen - set(names))
+    if unknown:
+        return malformed(f"the model has no parameter named {', '.join(map(repr, unknown[:4]))}; "
+                         f"its parameters are {', '.join(names)} (the names model.named_parameters() gives).")
+    with_grad = {n for n, g in grads.items() if g is not None}
+    if chosen == with_grad:
+        return correct(f"{', '.join(n for n in names if n in with_grad)}. requires_grad_(False) takes model[0] out "
+                       "of backward; model.eval() changes nothing here: it is not torch.no_grad().")
+    pattern = _frozen_pattern(chosen, with_grad, names)
+    misplaced = [n for n in names if (n in chosen) != (n in with_grad)]
+    reason = {True: "a tensor: it requires grad, and the forward recorded (eval mode or not)",
+              False: "None: requires_grad_(False) took it out of backward"}
+    lines = [f"- {n}: .grad is {reason[n in with_grad]}" for n in misplaced]
+    intro = f"{pattern} " if pattern else ""
+    return wrong(f"{intro}Run the snippet and print `p.grad is None` for each parameter:\n" + "\n".join(lines))
+
+
+# ---------------------------------------------------------------- exercise 3: the backward of x * sigmoid(x)
+
+
+def silu_derivative(x: torch.Tensor) -> torch.Tensor:
+    """d/dx [x * sigmoid(x)] = sigmoid(x) + x * sigmoid(x) * (1 - sigmoid(x)), written out."""
+    s = torch.sigmoid(x)
+    return s + x * s * (1 - s)
+
+
+def _silu_slips(x, g) -> list:
+    """(gradient, hint) for the usual slips in a backward, computed at the check's points."""
+    s = torch.sigmoid(x)
+    return [
+        (silu_derivative(x), "your gradient ignores grad_output. backward receives dL/dy and must return dL/dx: "
+                             "multiply the local derivative by grad_output (the chain rule)."),
+        (g * s, "that is sigmoid(x) alone: x * sigmoid(x) is a product, so the product rule adds "
+                "x * sigmoid'(x), with sigmoid'(x) = sigmoid(x) * (1 - sigmoid(x))."),
+        (g * x * s * (1 - s), "that is x * sigmoid'(x) alone: the product rule also gives sigmoid(x) * 1, the "
+                              "derivative of the x factor."),
+        (g * s * (1 - s), "that is the derivative of sigmoid(x) alone; the function here is x * sigmoid(x)."),
+        (g * (s + x * (1 - s)), "sigmoid'(x) is sigmoid(x) * (1 - sigmoid(x)): a factor sigmoid(x) is missing."),
+        (-g * silu_derivative(x), "right size, wrong sign: x * sigmoid(x) grows where the derivative is positive."),
+        (g, "backward must multiply grad_output by the derivative of the function; returning grad_output unchanged "
+            "treats the function as y = x."),
+    ]
+
+
+def _silu_points():
+    x = torch.linspace(-3.0, 3.0, 6, dtype=torch.float64)  # avoids 0, where some slips coincide
+    g = torch.linspace(0.5, 2.0, 6, dtype=torch.float64)  # a grad_output that is not all ones
+    return x, g
+
+
+def _silu_form(answer) -> Feedback | None:
+    if isinstance(answer, torch.autograd.Function):
+        return malformed("give the class itself (answer = SiLU), not an instance of it.")
+    if not (isinstance(answer, type) and issubclass(answer, torch.autograd.Function)):
+        return malformed(f"give your class, a subclass of torch.autograd.Function (answer = SiLU); "
+                         f"got {type(answer).__name__}.")
+    return None
+
+
+def _silu_gradient(answer, x, g):
+    """(gradient, None) from the learner's Function, or (None, feedback) saying what went wrong."""
+    x = x.clone().requires_grad_()
+    try:
+        y = answer.apply(x)
+    except Exception as err:  # noqa: BLE001 -- the learner's forward
+        return None, wrong(f"calling SiLU.apply(x) raised {describe_error(err)}. Keep the forward as given.")
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape or not close(y.detach(), x.detach() * torch.sigmoid(x)):
+        return None, wrong("the forward no longer computes x * sigmoid(x); keep it as given and write only backward.")
+    try:
+        (gx,) = torch.autograd.grad(y, x, g, allow_unused=True)
+    except Exception as err:  # noqa: BLE001 -- the learner's backward
+        return None, wrong(f"backward raised {describe_error(err)}. It receives grad_output (shaped like the output) "
+                           "and returns one gradient shaped like x.")
+    if gx is None:
+        return None, wrong("your backward returns None: return the gradient with respect to x, "
+                           "grad_output times the derivative of x * sigmoid(x).")
+    return gx, None
+
+
+@never_raises
+def check_silu_backward(answer) -> Feedback:
+    """Exercise 3: a ``torch.autograd.Function`` computing x * sigmoid(x) whose backward is right."""
+    if is_unanswered(answer):
+        return unanswered("your Function class (its name, without parentheses): answer = SiLU")
+    problem = _silu_form(answer)
+    if problem is not None:
+        return problem
+    x, g = _silu_points()
+    gx, problem = _silu_gradient(answer, x, g)
+    if problem is not None:
+        return problem
+    right = g * silu_derivative(x)
+    if close(gx, right):
+        return correct("your backward returns grad_output * (sigmoid(x) + x * sigmoid(x) * (1 - sigmoid(x))): "
+                       "the chain rule times the product rule. torch.autograd.gradcheck would agree.")
+    for slip, hint in _silu_slips(x, g):
+        if close(gx, slip):
+            return wrong(hint)
+    i = 3
+    return wrong(f"at x = {x[i].item():g} with grad_output = {g[i].item():g} your backward returns "
+                 f"{gx.reshape(-1)[i].item():.4g}; grad_output * d/dx[x * sigmoid(x)] is {right[i].item():.4g}. "
+                 "Check each factor, then compare with finite differences.")
