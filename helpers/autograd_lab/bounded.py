@@ -294,7 +294,7 @@ def draw_within_limits(model: Graph, marks: dict, style: dict, *, direction, siz
         labels = {key: f"x {n}" for key, n in counts.items()}
         labels.update(marks.pop("edge_labels"))
         note = (
-            f"folded: {len(model.nodes)} nodes are too many for Graphviz to lay out quickly, so repeated "
+            f"folded: Graphviz would take too long to lay out all {len(model.nodes)} nodes, so repeated "
             "structure is drawn once; 'x N' on an edge counts its copies, on a loop the links of a chain"
         )
         return render(folded, **style, **marks, edge_labels=labels, direction=direction, size=size, note=note)

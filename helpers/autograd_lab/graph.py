@@ -216,7 +216,7 @@ def draw_model(
     _add_edges(graph, text, model, edge_labels or {})
     _add_outputs(graph, text, model, names or {}, show_values)
     if note:
-        graph.attr(label=note, labelloc="b", fontsize="12")
+        graph.attr(label=note.replace("; ", ";\n"), labelloc="b", fontsize="12")  # two short lines
     head = ["autograd graph:"] + ([f"  ({note})"] if note else [])
     graph.text = "\n".join(head + ["  " + line for line in text])
     return graph
