@@ -14,8 +14,18 @@ from collections.abc import Mapping
 
 import torch
 
-from . import Feedback, as_number, close, correct, describe_error, is_unanswered, malformed, never_raises, unanswered
-from . import wrong
+from . import (
+    Feedback,
+    as_number,
+    close,
+    correct,
+    describe_error,
+    is_unanswered,
+    malformed,
+    never_raises,
+    unanswered,
+    wrong,
+)
 from .leaf_tensors import as_names
 
 __all__ = [
@@ -39,10 +49,11 @@ z.backward()"""
 FREEZE_SNIPPET = """\
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
-for p in model[0].parameters():
-    p.requires_grad_(False)
+model[2].bias.requires_grad_(False)
 model.eval()
-loss = model(torch.ones(4, 2)).sum()
+with torch.no_grad():
+    hidden = model[1](model[0](torch.ones(4, 2)))
+loss = model[2](hidden).sum()
 loss.backward()"""
 
 
@@ -119,23 +130,33 @@ def check_hook_grad(answer) -> Feedback:
 
 
 def frozen_run() -> dict:
-    """Run ``FREEZE_SNIPPET``: {parameter name: its .grad (None or a tensor)}."""
+    """Run ``FREEZE_SNIPPET``: {parameter name: (requires_grad, whether .grad is a tensor)}."""
     model = _run(FREEZE_SNIPPET)["model"]
-    return {name: p.grad for name, p in model.named_parameters()}
+    return {name: (p.requires_grad, p.grad is not None) for name, p in model.named_parameters()}
 
 
-def _frozen_pattern(chosen: set, with_grad: set, names: list) -> str:
+def _frozen_reason(requires_grad: bool, has_grad: bool) -> str:
+    if has_grad:
+        return "a tensor: it requires grad, and its layer ran while recording (eval mode or not)"
+    if not requires_grad:
+        return "None: requires_grad_(False) froze it, so backward skips it"
+    return "None: it requires grad, but its layer ran inside torch.no_grad(), so nothing recorded its use"
+
+
+def _frozen_pattern(chosen: set, run: dict) -> str:
     """A sentence naming the belief behind a whole wrong answer, when it is a common one ('' otherwise)."""
-    frozen = set(names) - with_grad
+    with_grad = {n for n, (_, has) in run.items() if has}
+    frozen = {n for n, (rg, _) in run.items() if not rg}
+    unrecorded = {n for n, (rg, has) in run.items() if rg and not has}
     patterns = [
         (set(), "model.eval() does not switch gradients off: it only changes how layers such as dropout and batch "
-                "norm behave. The forward still records, and backward still fills the parameters that require grad."),
-        (set(names), "the loop switched requires_grad off on model[0]'s parameters: backward skips them, and their "
-                     ".grad stays None."),
-        (frozen, "you chose the frozen parameters, the ones requires_grad_(False) switched off; backward fills "
-                 "the others."),
-        ({n for n in with_grad if n.endswith("weight")}, "a bias is a parameter too: it requires grad unless "
-                                                          "frozen, and backward fills it."),
+                "norm behave. The forward still records wherever no torch.no_grad() block is around it."),
+        (with_grad | unrecorded, "the first layer ran inside torch.no_grad(): nothing recorded what its parameters "
+                                 "did, so backward cannot reach them, although they require grad."),
+        (with_grad | frozen, "a parameter frozen with requires_grad_(False) gets no gradient, even when its layer "
+                             "runs while recording."),
+        (set(run), "two things keep .grad at None here: a parameter frozen with requires_grad_(False), and a layer "
+                   "run inside torch.no_grad()."),
     ]
     return next((text for pattern, text in patterns if chosen == pattern), "")
 
@@ -149,24 +170,24 @@ def check_frozen_grads(answer) -> Feedback:
     items = None if isinstance(answer, Mapping) else as_names(answer)
     if items is None or not all(isinstance(a, str) for a in items):
         return malformed(f"expected {form}; got {type(answer).__name__}.")
-    grads = frozen_run()
-    names = list(grads)
+    run = frozen_run()
+    names = list(run)
     chosen = {a.strip() for a in items}
     unknown = sorted(chosen - set(names))
     if unknown:
         return malformed(f"the model has no parameter named {', '.join(map(repr, unknown[:4]))}; "
                          f"its parameters are {', '.join(names)} (the names model.named_parameters() gives).")
-    with_grad = {n for n, g in grads.items() if g is not None}
+    with_grad = {n for n, (_, has) in run.items() if has}
     if chosen == with_grad:
-        return correct(f"{', '.join(n for n in names if n in with_grad)}. requires_grad_(False) takes model[0] out "
-                       "of backward; model.eval() changes nothing here: it is not torch.no_grad().")
-    pattern = _frozen_pattern(chosen, with_grad, names)
-    misplaced = [n for n in names if (n in chosen) != (n in with_grad)]
-    reason = {True: "a tensor: it requires grad, and the forward recorded (eval mode or not)",
-              False: "None: requires_grad_(False) took it out of backward"}
-    lines = [f"- {n}: .grad is {reason[n in with_grad]}" for n in misplaced]
-    intro = f"{pattern} " if pattern else ""
-    return wrong(f"{intro}Run the snippet and print `p.grad is None` for each parameter:\n" + "\n".join(lines))
+        frozen = [n for n, (rg, _) in run.items() if not rg]
+        unrecorded = [n for n, (rg, has) in run.items() if rg and not has]
+        return correct(f"only {', '.join(n for n in names if n in with_grad)}. {', '.join(unrecorded)}: their "
+                       f"layer ran inside torch.no_grad(), so nothing recorded it; {', '.join(frozen)}: frozen. "
+                       "And model.eval() switches off no recording at all.")
+    pattern = _frozen_pattern(chosen, run)
+    lines = [f"- {n}: .grad is {_frozen_reason(*run[n])}" for n in names if (n in chosen) != (n in with_grad)]
+    count = f"{len(lines)} parameter{'s' if len(lines) > 1 else ''} misplaced."
+    return wrong(f"{count} {pattern + ' ' if pattern else ''}Run the snippet and print `p.grad is None` for each parameter:\n" + "\n".join(lines))
 
 
 # ---------------------------------------------------------------- exercise 3: the backward of x * sigmoid(x)
