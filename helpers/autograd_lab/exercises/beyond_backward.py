@@ -187,7 +187,8 @@ def check_frozen_grads(answer) -> Feedback:
     pattern = _frozen_pattern(chosen, run)
     lines = [f"- {n}: .grad is {_frozen_reason(*run[n])}" for n in names if (n in chosen) != (n in with_grad)]
     count = f"{len(lines)} parameter{'s' if len(lines) > 1 else ''} misplaced."
-    return wrong(f"{count} {pattern + ' ' if pattern else ''}Run the snippet and print `p.grad is None` for each parameter:\n" + "\n".join(lines))
+    advice = "Run the snippet and print `p.grad is None` for each parameter:\n"
+    return wrong(f"{count} {pattern + ' ' if pattern else ''}{advice}" + "\n".join(lines))
 
 
 # ---------------------------------------------------------------- exercise 3: the backward of x * sigmoid(x)
