@@ -12,8 +12,9 @@ import torch.nn as nn
 from torch.testing import assert_close
 
 from autograd_lab import graph_nodes, stepper
-from autograd_lab.graph import format_tensor
 from autograd_lab.exercises import grad_fn_chains as ex
+from autograd_lab.graph import format_tensor
+from autograd_lab.graphmodel import node_name
 
 
 def base(names):
@@ -21,13 +22,13 @@ def base(names):
 
 
 def names_of(nodes):
-    return [type(n).__name__ for n in nodes]
+    return [node_name(n) for n in nodes]
 
 
 def walk(tensor):
     names, node = [], tensor.grad_fn
     while node is not None:
-        names.append(type(node).__name__)
+        names.append(node_name(node))
         node = next((c for c, _ in node.next_functions if c is not None), None)
     return names
 
@@ -382,7 +383,7 @@ def test_demo_log_runs_in_the_expected_order():
             name = next(k for k, v in params.items() if v is node.variable)
             titles.append(f"AccumulateGrad({name})")
         else:
-            titles.append(base([type(node).__name__])[0])
+            titles.append(base([node_name(node)])[0])
     assert titles == DEMO_ORDER
 
 

@@ -15,12 +15,13 @@ import torch
 
 from autograd_lab.exercises import Feedback
 from autograd_lab.exercises import leaf_tensors as ex
+from autograd_lab.graphmodel import node_name
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "01_leaf_tensors.ipynb"
 
 
 def fn_name(t):
-    return None if t.grad_fn is None else type(t.grad_fn).__name__
+    return None if t.grad_fn is None else node_name(t.grad_fn)
 
 
 # ---------------------------------------------------------------- facts: leaves and grad_fn

@@ -15,6 +15,7 @@ from torch.func import functional_call, grad, vmap
 
 import autograd_lab as lab
 from autograd_lab.exercises import vectorized_vs_looped as ex
+from autograd_lab.graphmodel import node_name
 from autograd_lab.measure import heap_bytes, held_bytes
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_vectorized_vs_looped.ipynb"
@@ -87,8 +88,8 @@ def test_looped_graph_grows_linearly_vectorized_stays_constant(model_kind, mlp, 
 
 def test_scalar_loop_per_sample_path_is_one_chain_and_shared_nodes_are_mean_stack_leaf():
     x = torch.tensor([[4.0], [2.0]])
-    names_1 = [type(n).__name__ for n in lab.graph_nodes(loop_loss(scalar_model(), x[:1], 2 * x[:1, 0]))]
-    names_2 = [type(n).__name__ for n in lab.graph_nodes(loop_loss(scalar_model(), x, 2 * x[:, 0]))]
+    names_1 = [node_name(n) for n in lab.graph_nodes(loop_loss(scalar_model(), x[:1], 2 * x[:1, 0]))]
+    names_2 = [node_name(n) for n in lab.graph_nodes(loop_loss(scalar_model(), x, 2 * x[:, 0]))]
     shared = {"MeanBackward0", "StackBackward0", "AccumulateGrad"}
     assert shared <= set(names_1) and names_1.count("AccumulateGrad") == names_2.count("AccumulateGrad") == 1
     assert len(names_2) - len(names_1) == len(names_1) - len(shared)

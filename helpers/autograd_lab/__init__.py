@@ -6,7 +6,8 @@ only holds the instruments the notebooks use to look at them.
 
 from .accumulation import AccumulationReport, check_accumulation
 from .env import choose_device, environment_report
-from .graph import AutogradGraph, GraphvizMissing, chain, draw_graph, graph_nodes
+from .graph import AutogradGraph, GraphTooSlow, GraphvizMissing, chain, draw_graph, graph_nodes
+from .graphmodel import node_name
 from .measure import SavedTensors, count_nodes, time_call
 from .widgets import live
 
@@ -14,6 +15,7 @@ __all__ = [
     "AccumulationReport",
     "check_accumulation",
     "AutogradGraph",
+    "GraphTooSlow",
     "GraphvizMissing",
     "SavedTensors",
     "chain",
@@ -23,6 +25,7 @@ __all__ = [
     "environment_report",
     "graph_nodes",
     "live",
+    "node_name",
     "time_call",
 ]
 __version__ = "0.1.0"

@@ -20,14 +20,12 @@ a ``finally``: a timeout or an interrupted kernel never leaves ``dot`` running.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 from collections import Counter
 
+from .env import graphviz_install_hint, run_in_own_group
 from .graphmodel import Graph, title
 
 DOT_TIMEOUT_S = 6.0  # the longest a drawing may hold the kernel
@@ -60,45 +58,19 @@ class GraphTooSlow(RuntimeError):
 
 
 def install_hint(broken: str | None = None) -> str:
-    """The commands that install Graphviz's ``dot``, the current platform first.
-
-    ``broken`` is what a ``dot`` that is installed but fails said: then the hint is to repair it.
-    """
-    commands = {
-        "Debian/Ubuntu": "sudo apt-get install graphviz",
-        "macOS (Homebrew)": "brew install graphviz",
-        "Windows": "winget install graphviz   (or: choco install graphviz), then reopen the terminal",
-        "conda": "conda install -c conda-forge graphviz",
-    }
-    first = {"linux": "Debian/Ubuntu", "darwin": "macOS (Homebrew)", "win32": "Windows"}.get(sys.platform)
-    if "CONDA_PREFIX" in os.environ:
-        first = "conda"
-    order = ([first] if first else []) + [k for k in commands if k != first]
-    lines = [f"  {name:<17} {commands[name]}" for name in order]
+    """What to do when ``dot`` is missing, or (``broken``: what it said) installed but failing."""
+    lines = graphviz_install_hint()
     if broken is not None:
         said = broken.strip().splitlines()[0] if broken.strip() else "(no message)"
         return (
             f"Graphviz's `dot` program is installed but does not run, so this graph cannot be drawn.\n"
             f"It said: {said}\n"
-            "Reinstall (repair) it, then restart the kernel:\n" + "\n".join(lines)
+            "Reinstall (repair) it, then restart the kernel:\n" + lines
         )
     return (
         "Graphviz's `dot` program was not found on PATH, so this graph cannot be drawn.\n"
-        "Install it, then restart the kernel:\n" + "\n".join(lines)
+        "Install it, then restart the kernel:\n" + lines
     )
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Kill ``proc`` and everything it started, and reap it."""
-    if proc.poll() is None:
-        try:
-            if os.name == "posix":
-                os.killpg(proc.pid, signal.SIGKILL)
-            else:
-                proc.kill()
-        except (ProcessLookupError, PermissionError):
-            pass
-    proc.wait()
 
 
 def run_dot(source: str, timeout: float = DOT_TIMEOUT_S) -> str:
@@ -111,24 +83,12 @@ def run_dot(source: str, timeout: float = DOT_TIMEOUT_S) -> str:
     if exe is None:
         raise GraphvizMissing(install_hint())
     try:
-        proc = subprocess.Popen(
-            [exe, "-Kdot", "-Tsvg"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=os.name == "posix",  # its own process group: killed as a whole
-        )
+        code, out, err = run_in_own_group([exe, "-Kdot", "-Tsvg"], source.encode("utf-8"), timeout)
     except OSError as err:  # on PATH but not executable, wrong architecture, ...
         raise GraphvizMissing(install_hint(broken=str(err))) from None
-    try:
-        out, err = proc.communicate(source.encode("utf-8"), timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise GraphTooSlow(
-            f"Graphviz did not lay this graph out within {timeout:g} s, so it was stopped."
-        ) from None
-    finally:
-        _stop(proc)
-    if proc.returncode != 0:
+        raise GraphTooSlow(f"Graphviz did not lay this graph out within {timeout:g} s, so it was stopped.") from None
+    if code != 0:
         raise GraphvizMissing(install_hint(broken=err.decode("utf-8", "replace")))
     return out.decode("utf-8")
 

@@ -78,28 +78,37 @@ def graphviz_install_hint() -> str:
     return "\n".join(f"  {GRAPHVIZ_INSTALL[key][0]:<17} {GRAPHVIZ_INSTALL[key][1]}" for key in order)
 
 
-def _run_dot(args: list, stdin: str = "") -> tuple[int, str]:
-    """(exit code, output) of ``dot`` with ``args``; code -1 when it cannot start or answer in time.
+def run_in_own_group(args: list, stdin: bytes, timeout: float):
+    """``(exit code, stdout, stderr)`` of a program run in a process group of its own, as bytes.
 
-    ``dot`` runs in a process group of its own, killed as a whole on a timeout: a wrapper script
-    whose child holds the output pipe open cannot make this wait.
+    On a timeout the whole group is killed and ``subprocess.TimeoutExpired`` raised; an interrupt
+    (KeyboardInterrupt) kills it too: the program and anything it started never outlive this call.
+    ``OSError`` when it cannot start.
     """
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=os.name == "posix")
     try:
-        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=os.name == "posix")
+        out, err = proc.communicate(stdin, timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                if os.name == "posix":
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:
+                    proc.kill()
+            proc.communicate()
+    return proc.returncode, out, err
+
+
+def _run_dot(args: list, stdin: str = "") -> tuple[int, str]:
+    """(exit code, output) of ``dot`` with ``args``; code -1 when it cannot start or answer in time."""
+    try:
+        code, out, err = run_in_own_group(args, stdin.encode(), DOT_CHECK_TIMEOUT_S)
     except OSError as err:
         return -1, str(err)
-    try:
-        out, err = proc.communicate(stdin, timeout=DOT_CHECK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            if os.name == "posix":
-                os.killpg(proc.pid, signal.SIGKILL)
-            else:
-                proc.kill()
-        proc.communicate()
         return -1, f"no answer within {DOT_CHECK_TIMEOUT_S:g} s"
-    return proc.returncode, (err + out).strip()
+    return code, (err + out).decode("utf-8", "replace").strip()
 
 
 def graphviz_check() -> tuple[str | None, str | None]:

@@ -18,14 +18,14 @@ from numbers import Real
 
 import torch
 
-from .graphmodel import walk
+from .graphmodel import roots_of, visit
 
 __all__ = ["SavedTensors", "count_nodes", "time_call", "Timing", "heap_bytes", "held_bytes"]
 
 
 def count_nodes(tensors) -> int:
     """How many backward nodes (``AccumulateGrad`` included) the graph behind ``tensors`` holds."""
-    return len(walk(tensors, what="count_nodes").nodes)
+    return len(visit([t.grad_fn for t in roots_of(tensors, "count_nodes")])[0])
 
 
 def _storage_key(t: torch.Tensor):

@@ -16,6 +16,7 @@ from collections import Counter
 
 import torch
 
+from ..graphmodel import node_name
 from . import Feedback, as_names, as_number, correct, is_unanswered, malformed, never_raises, unanswered, wrong
 
 __all__ = [
@@ -45,7 +46,7 @@ def reference_chain() -> list[str]:
     out, _ = chain_expression()
     names, node = [], out.grad_fn
     while node is not None:
-        names.append(type(node).__name__)
+        names.append(node_name(node))
         node = next((child for child, _ in node.next_functions if child is not None), None)
     return names
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 import torch
 
+from ..graphmodel import node_name
 from . import (
     Feedback,
     as_names,
@@ -66,10 +67,6 @@ def run_snippet(snippet: str) -> dict:
     return {name: value for name, value in namespace.items() if isinstance(value, torch.Tensor)}
 
 
-def _fn_name(t: torch.Tensor) -> str:
-    return "None" if t.grad_fn is None else type(t.grad_fn).__name__
-
-
 # ---------------------------------------------------------------- exercise 1: which tensors are leaves?
 
 
@@ -79,7 +76,7 @@ def _leaf_hint(name: str, t: torch.Tensor, is_leaf: bool, snippet_line: str) -> 
     if not is_leaf:
         return (
             f"{line}: an input requires grad, so the operation was recorded; {name} has a grad_fn "
-            f"({_fn_name(t)}) and is not a leaf."
+            f"({node_name(t.grad_fn)}) and is not a leaf."
         )
     if made_by_factory and t.requires_grad:
         return f"{line}: you created {name} yourself with requires_grad=True, so no operation made it: a leaf."
@@ -276,7 +273,7 @@ def _form_problem(w: torch.Tensor) -> Feedback | None:
             "it (can't optimize a non-leaf Tensor), and the real leaf hides behind it. " if w.retains_grad else ""
         )
         return wrong(
-            f"the tensor it returns is still not a leaf: it has grad_fn {_fn_name(w)}, because an operation "
+            f"the tensor it returns is still not a leaf: it has grad_fn {node_name(w.grad_fn)}, because an operation "
             f"ran after requires_grad=True was set. {retained}Do the scaling first, then make the result require grad "
             "(.requires_grad_(), or torch.nn.Parameter)."
         )
