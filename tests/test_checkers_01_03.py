@@ -377,7 +377,9 @@ def test_chain_right_written_differently(answer):
     assert ch.check_chain(answer).passed
 
 
-@pytest.mark.parametrize("answer", [set(CHAIN), " -> ".join(CHAIN), [1, 2], {"chain": CHAIN}], ids=["set", "arrow-string", "numbers", "dict"])
+@pytest.mark.parametrize(
+    "answer", [set(CHAIN), " -> ".join(CHAIN), [1, 2], {"chain": CHAIN}], ids=["set", "arrow-string", "numbers", "dict"]
+)
 def test_chain_malformed(answer):
     assert ch.check_chain(answer).status == "malformed"
 
