@@ -67,9 +67,8 @@ TEST_SOURCE = (
 )
 REVEAL_TAG = "solution-reveal"
 CHECK_TAG = "check"  # a cell that only holds checks for CI: collapsed, skipped in slides
-REVEAL_SOURCE = (
-    '# Worked solution, once you have tried: delete the "# " before %load and run this cell; it fills with the '
-    "solution. Run it again to check it.\n"
+REVEAL_SOURCE = (  # one line of instructions, short enough for a projector, then the line to uncomment
+    '# Worked solution: after trying, delete the "# " before %load and run: the cell fills with it. Run again to check.\n'
     "# %load {path}"
 )
 LOAD_LINE = re.compile(r"^#\s*%load\s+(\S+\.py)\s*$", re.M)
@@ -157,7 +156,10 @@ def exercise_of(answer, reveal, root: Path, where: str = "") -> Exercise:
         raise ClassroomError(f"{where}: an answer cell must be followed by its reveal cell (tag {REVEAL_TAG!r})")
     load = LOAD_LINE.search(_src(reveal))
     if load is None or _src(reveal).strip() != reveal_source(load.group(1)):
-        raise ClassroomError(f"{where}: its reveal cell must read exactly {reveal_source('solutions/NN_x.py')!r}")
+        raise ClassroomError(
+            f"{where}: its reveal cell must read exactly {reveal_source('solutions/NN_x.py')!r} "
+            "(tools/classroom.py annotate rewrites a reveal cell with a %load line into that form)"
+        )
     path = root / load.group(1)
     if not path.is_file():
         raise ClassroomError(f"{where}: its reveal cell loads {load.group(1)}, which does not exist")
@@ -284,11 +286,15 @@ def _is_twin(cells, cell) -> bool:
 
 
 def annotate(nb, where: str = "notebook") -> None:
-    """Add the slide metadata to a committed notebook in place, and collapse its check cells."""
+    """Add the slide metadata to a committed notebook in place, collapse its check cells and word its
+    reveal cells the one way (REVEAL_SOURCE)."""
     for cell in nb.cells:
         cell.metadata.pop("nbgrader", None)
         if is_check_cell(cell):
             cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+        load = LOAD_LINE.search(_src(cell)) if is_reveal_cell(cell) else None
+        if load:
+            cell.source = reveal_source(load.group(1))
     for cell, kind in zip(nb.cells, slide_types(nb.cells)):
         cell.metadata["slideshow"] = {"slide_type": kind}
     nb.metadata["rise"] = dict(RISE)
