@@ -1,0 +1,349 @@
+"""The exercise checks of notebook 07 cannot be fooled, refuse no right answer and never raise.
+
+For each exercise: plausible wrong answers, each of which must fail with a hint naming its mistake;
+right answers written differently from the worked solution, which must pass; odd answers and
+misbehaving learner code, which must give feedback instead of an exception. Expected values are
+computed here by running PyTorch, never typed in.
+"""
+
+import json
+import warnings
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from autograd_lab.exercises import beyond_backward as ex
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "07_beyond_backward.ipynb"
+
+
+def _hook_grad(*, hook=True, direct=True, x0=3.0):
+    """x.grad of the exercise's snippet, computed here from its structure (not by running the check's code)."""
+    x = torch.tensor(x0, requires_grad=True)
+    y = x ** 2
+    if hook:
+        y.register_hook(lambda grad: grad * 2)
+    z = 5 * y + x if direct else 5 * y
+    z.backward()
+    return x.grad.item(), z.item()
+
+
+RIGHT = _hook_grad()[0]
+
+
+def _wrong_with(fb, phrase):
+    return fb.status == "wrong" and phrase in fb.message
+
+
+# =========================================================================== exercise 1: a hook that doubles
+
+
+@pytest.mark.parametrize("value, phrase", [
+    (_hook_grad(hook=False)[0], "without the hook"),
+    (2 * _hook_grad(hook=False)[0], "doubles all of x.grad"),
+    (_hook_grad(direct=False)[0], "directly through `+ x`"),
+    (_hook_grad(hook=False, direct=False)[0], "leaves out both"),
+    (2 * 5.0, "after the hook"),
+    (5.0, "before the hook"),
+    (_hook_grad()[1], "the value of z"),
+    (RIGHT + 2, "follow the gradient backward"),
+    (-RIGHT, "follow the gradient backward"),
+    (0, "follow the gradient backward"),
+], ids=["no-hook", "doubled-all", "no-direct-path", "neither", "grad-at-y", "dz-dy", "z", "near", "negated", "zero"])
+def test_hook_wrong_answers_get_the_hint_for_their_mistake(value, phrase):
+    fb = ex.check_hook_grad(value)
+    assert _wrong_with(fb, phrase), fb
+
+
+@pytest.mark.parametrize("answer", [
+    RIGHT, int(RIGHT), Fraction(int(RIGHT)), np.float32(RIGHT), np.int64(RIGHT), np.array([RIGHT]),
+    torch.tensor(RIGHT), torch.tensor([[RIGHT]], dtype=torch.float64), torch.tensor(int(RIGHT)),
+    RIGHT * (1 + 1e-7),
+], ids=["float", "int", "fraction", "np.float32", "np.int64", "np-array", "tensor", "tensor-2d-f64", "int-tensor",
+        "rounding"])
+def test_hook_right_answers_in_any_numeric_form_pass(answer):
+    fb = ex.check_hook_grad(answer)
+    assert fb.passed, fb
+
+
+@pytest.mark.parametrize("answer", [
+    "61", [RIGHT], (RIGHT, 1), True, float("nan"), float("inf"), torch.tensor([RIGHT, RIGHT]),
+    torch.tensor(True), object(), {RIGHT}, 1j * RIGHT,
+], ids=["str", "list", "tuple", "bool", "nan", "inf", "tensor-2", "bool-tensor", "object", "set", "complex"])
+def test_hook_odd_answers_are_malformed_not_errors(answer):
+    fb = ex.check_hook_grad(answer)
+    assert fb.status == "malformed", fb
+
+
+def test_hook_correct_feedback_explains_with_the_snippets_own_numbers():
+    fb = ex.check_hook_grad(RIGHT)
+    through_y = _hook_grad(direct=False)[0]
+    assert f"{through_y:g} at x" in fb.message and f"adds {RIGHT - through_y:g}" in fb.message
+
+
+# =========================================================================== exercise 2: which parameters get .grad
+
+
+def _frozen_truth():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    model[2].bias.requires_grad_(False)
+    model.eval()
+    with torch.no_grad():
+        hidden = model[1](model[0](torch.ones(4, 2)))
+    model[2](hidden).sum().backward()
+    return {n for n, p in model.named_parameters() if p.grad is not None}, [n for n, _ in model.named_parameters()]
+
+
+WITH_GRAD, NAMES = _frozen_truth()
+
+
+@pytest.mark.parametrize("answer, phrases", [
+    (set(), ["model.eval() does not switch gradients off", "1 parameter misplaced"]),
+    (WITH_GRAD | {"0.weight", "0.bias"}, ["ran inside torch.no_grad()", "cannot reach them"]),
+    (WITH_GRAD | {"2.bias"}, ["frozen with requires_grad_(False) gets no gradient"]),
+    (set(NAMES), ["two things keep .grad at None", "3 parameters misplaced"]),
+    ({"0.weight"}, ["2 parameters misplaced", "- 0.weight: .grad is None: it requires grad, but its layer ran inside",
+                    "- 2.weight: .grad is a tensor"]),
+    ({"2.bias"}, ["- 2.bias: .grad is None: requires_grad_(False) froze it"]),
+], ids=["none-eval", "forgot-no_grad", "forgot-frozen", "all", "first-weight", "frozen-bias"])
+def test_frozen_wrong_answers_name_their_mistake(answer, phrases):
+    fb = ex.check_frozen_grads(answer)
+    assert fb.status == "wrong", fb
+    for phrase in phrases:
+        assert phrase in fb.message, (phrase, fb)
+
+
+@pytest.mark.parametrize("make", [
+    set, frozenset, list, tuple, lambda s: (n for n in s), lambda s: {n: None for n in s}.keys(),
+    lambda s: [f"  {n} " for n in s], lambda s: list(s) * 2, lambda s: np.array(sorted(s)).tolist(),
+], ids=["set", "frozenset", "list", "tuple", "generator", "dict-keys", "padded", "repeated", "from-numpy"])
+def test_frozen_right_answers_in_any_collection_pass(make):
+    fb = ex.check_frozen_grads(make(WITH_GRAD))
+    assert fb.passed, fb
+
+
+def _endless():
+    while True:
+        yield "2.weight"
+
+
+@pytest.mark.parametrize("answer, phrase", [
+    ("2.weight", "set of parameter names"),
+    ({"2.weight": True}, "set of parameter names"),
+    ({0, 1}, "set of parameter names"),
+    ({"weight"}, "no parameter named 'weight'"),
+    ({"model[2].weight"}, "its parameters are 0.weight, 0.bias, 2.weight, 2.bias"),
+    (_endless(), "set of parameter names"),
+    (torch.tensor([2.0]), "set of parameter names"),
+    (42, "set of parameter names"),
+], ids=["str", "dict", "ints", "short-name", "indexing", "endless", "tensor", "int"])
+def test_frozen_odd_answers_are_malformed(answer, phrase):
+    fb = ex.check_frozen_grads(answer)
+    assert fb.status == "malformed" and phrase in fb.message, fb
+
+
+# =========================================================================== exercise 3: the backward of SiLU
+
+
+def silu_function(backward, forward=None):
+    """A learner's Function: the given forward (default x * sigmoid(x), saving x) and backward(x, grad_output)."""
+
+    class SiLU(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return forward(x) if forward else x * torch.sigmoid(x)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (x,) = ctx.saved_tensors
+            return backward(x, grad_output)
+
+    return SiLU
+
+
+def _instance():
+    with warnings.catch_warnings():  # PyTorch warns that a Function should not be instantiated, as the check says
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return silu_function(lambda x, g: g)()
+
+
+def s(x):
+    return torch.sigmoid(x)
+
+
+def _raise(err):
+    raise err
+
+
+@pytest.mark.parametrize("backward, phrase", [
+    (lambda x, g: s(x) + x * s(x) * (1 - s(x)), "ignores grad_output"),
+    (lambda x, g: g * s(x), "product rule adds"),
+    (lambda x, g: g * x * s(x) * (1 - s(x)), "derivative of the x factor"),
+    (lambda x, g: g * s(x) * (1 - s(x)), "derivative of sigmoid(x) alone"),
+    (lambda x, g: g * (s(x) + x * (1 - s(x))), "a factor sigmoid(x) is missing"),
+    (lambda x, g: -g * (s(x) + x * s(x) * (1 - s(x))), "wrong sign"),
+    (lambda x, g: g, "treats the function as y = x"),
+    (lambda x, g: None, "returns None"),
+    (lambda x, g: (g, g), "incorrect number of gradients"),
+    (lambda x, g: g[:2], "shaped like x"),
+    (lambda x, g: g.sum(), "shaped like x"),
+    (lambda x, g: g * 2, "grad_output * d/dx[x * sigmoid(x)] is"),
+    (lambda x, g: g * (s(x) + x * s(x) * (1 - s(x))) + 1e-3, "grad_output * d/dx[x * sigmoid(x)] is"),
+    (lambda x, g: _raise(ZeroDivisionError("oops")), "backward raised ZeroDivisionError: oops"),
+    (lambda x, g: _raise(RecursionError()), "backward raised RecursionError"),
+    (lambda x, g: "gradient", "backward raised"),
+], ids=["no-grad-output", "only-sigmoid", "only-x-term", "sigmoid-derivative", "missing-s", "sign", "identity",
+        "none", "two", "short", "scalar", "doubled", "offset", "raises", "recursion", "string"])
+def test_silu_wrong_backwards_get_the_hint_for_their_mistake(backward, phrase):
+    fb = ex.check_silu_backward(silu_function(backward))
+    assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+def test_silu_a_backward_right_only_for_grad_output_one_fails():
+    # with grad_output = 1 everywhere this backward would look right: the check must use another grad_output
+    fb = ex.check_silu_backward(silu_function(lambda x, g: s(x) + x * s(x) * (1 - s(x))))
+    assert not fb.passed
+
+
+class SavesSigmoid(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        sig = torch.special.expit(x)
+        ctx.save_for_backward(x, sig)
+        return x * sig
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, sig = ctx.saved_tensors
+        return grad_output * sig * (1 + x * (1 - sig))
+
+
+class SavesOutput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * torch.sigmoid(x)
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, y = ctx.saved_tensors
+        sig = torch.sigmoid(x)
+        return grad_output * (sig + y * (1 - sig))
+
+
+class AutogradInside(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return nn.functional.silu(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            x = x.detach().requires_grad_()
+            return torch.autograd.grad(nn.functional.silu(x), x, grad_output)[0]
+
+
+class KeepsOnCtx(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.sig = torch.sigmoid(x)
+        ctx.x = x
+        return x * ctx.sig
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * (ctx.sig + ctx.x * ctx.sig * (1 - ctx.sig))
+
+
+@pytest.mark.parametrize("answer", [
+    SavesSigmoid, SavesOutput, AutogradInside, KeepsOnCtx,
+    silu_function(lambda x, g: (g * (s(x) + x * s(x) * (1 - s(x)))).float()),
+    silu_function(lambda x, g: g * s(x) * (1 + x * torch.exp(-x) * s(x))),
+    silu_function(lambda x, g: torch.autograd.functional.jacobian(nn.functional.silu, x).diagonal() * g),
+], ids=["saves-sigmoid", "saves-output", "autograd-inside", "on-ctx", "float32", "exp-form", "jacobian"])
+def test_silu_right_backwards_written_differently_pass(answer):
+    fb = ex.check_silu_backward(answer)
+    assert fb.passed, fb
+
+
+@pytest.mark.parametrize("answer, status, phrase", [
+    (_instance(), "malformed", "not an instance"),
+    (lambda x: x * torch.sigmoid(x), "malformed", "subclass of torch.autograd.Function"),
+    (nn.SiLU, "malformed", "subclass of torch.autograd.Function"),
+    (nn.functional.silu, "malformed", "subclass of torch.autograd.Function"),
+    (torch.autograd.Function, "wrong", "raised"),
+    ("SiLU", "malformed", "got str"),
+    (silu_function(lambda x, g: g, forward=lambda x: x), "wrong", "no longer computes x * sigmoid(x)"),
+    (silu_function(lambda x, g: g, forward=lambda x: (x * torch.sigmoid(x)).sum()), "wrong", "no longer computes"),
+    (silu_function(lambda x, g: g, forward=lambda x: _raise(ValueError("fw"))), "wrong",
+     "SiLU.apply(x) raised ValueError: fw"),
+], ids=["instance", "function", "module", "functional", "bare-Function", "name", "identity-forward", "sum-forward",
+        "forward-raises"])
+def test_silu_odd_answers_give_feedback(answer, status, phrase):
+    fb = ex.check_silu_backward(answer)
+    assert fb.status == status and phrase in fb.message, fb
+
+
+# =========================================================================== nothing makes a check raise
+
+
+class Hostile:
+    """An answer whose every protocol method raises."""
+
+    def __iter__(self):
+        raise RuntimeError("no iterating me")
+
+    def __float__(self):
+        raise RuntimeError("no float")
+
+    def __eq__(self, other):
+        raise RuntimeError("no comparing")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("check", [ex.check_hook_grad, ex.check_frozen_grads, ex.check_silu_backward])
+@pytest.mark.parametrize("odd", [Hostile(), None, ..., [], {}, b"bytes", float("nan"), type], ids=repr)
+def test_no_check_raises_on_an_odd_answer(check, odd):
+    fb = check(odd)
+    assert fb.status in ("wrong", "malformed", "unanswered"), fb
+
+
+@pytest.mark.parametrize("signal", [KeyboardInterrupt, SystemExit])
+def test_a_request_to_stop_from_learner_code_passes_through(signal):
+    with pytest.raises(signal):
+        ex.check_silu_backward(silu_function(lambda x, g: _raise(signal())))
+
+
+# =========================================================================== the notebook and its solutions
+
+
+@pytest.mark.parametrize("cell_id", ["ex-hook", "ex-frozen", "ex-silu"])
+def test_unanswered_feedback_matches_the_stored_notebook_output(cell_id):
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    cell = next(c for c in cells if c.get("id") == cell_id)
+    *body, last = "".join(cell["source"]).strip().splitlines()
+    namespace = {"torch": torch, "ex": ex}
+    exec("\n".join(body), namespace)
+    feedback = eval(last, namespace)
+    stored = "".join(cell["outputs"][0]["data"]["text/plain"])
+    assert feedback.status == "unanswered" and repr(feedback) == stored
+
+
+@pytest.mark.parametrize("name", ["07_hook_grad", "07_frozen_grads", "07_silu_backward"])
+def test_the_worked_solutions_pass_their_checks(name):
+    code = (REPO / "notebooks" / "solutions" / f"{name}.py").read_text()
+    *body, last = code.strip().splitlines()
+    namespace = {"torch": torch, "nn": nn, "ex": ex}
+    exec("\n".join(body), namespace)
+    assert eval(last, namespace).passed
