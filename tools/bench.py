@@ -3,7 +3,7 @@
 Parts (all by default; choose with --parts):
   notebooks  each notebook executed in a fresh kernel, median wall time over --runs, against the floor
              (a fresh kernel that only imports torch and autograd_lab), measured in the same run
-  widgets    each widget's callback, timed through its checked twin call, display (graph rendering) included
+  widgets    each widget's callback, timed through the widget's fixed-input call, display (graph rendering) included
   nbval      the whole nbval suite, as `make test` runs it
   scale      looped against vectorized forward+backward up to N = 10^5; bytes saved for backward against k
              for a wide MLP; per-sample gradients, loop against torch.func.vmap. CPU, and CUDA when present.
