@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .figures import Picture, new_figure
+
 __all__ = ["AccumulationReport", "PassLog", "check_accumulation", "draw_timeline", "record_passes", "timeline_text",
            "SCALES"]
 
@@ -711,21 +713,21 @@ def draw_timeline(groups, n: int, *, title: str | None = None, ax=None):
 
     One box per micro-batch, coloured by the update it fed (numbered 1, 2, ... above
     the group); a triangle marks each ``optimizer.step()``; hatched red boxes were never
-    stepped. Returns the matplotlib Figure (closed, so a notebook shows it once, as the
-    cell's result). Drawn with a few collection calls, so a widget redraws it quickly.
+    stepped. Returns a ``Picture`` of the figure (shown once, as the cell's result, drawn in one
+    pass), or, given ``ax``, that Axes' figure. Drawn with a few collection calls, so a widget redraws it quickly.
     """
-    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
     from matplotlib.lines import Line2D
     from matplotlib.patches import Rectangle
 
     groups, left = _check_groups(groups, n)
     own = ax is None
     if own:
-        fig, ax = plt.subplots(figsize=_FIGSIZE_INCHES, dpi=_DPI)
+        fig, ax = new_figure(_FIGSIZE_INCHES, _DPI)
         fig.subplots_adjust(**_MARGINS)
     else:
         fig = ax.figure
-    colours = plt.get_cmap("tab10")
+    colours = colormaps["tab10"]
     xs = [i for g in groups for i in g]
     cs = [colours(u % _PALETTE_SIZE) for u, g in enumerate(groups) for _ in g]
     if xs:
@@ -756,6 +758,4 @@ def draw_timeline(groups, n: int, *, title: str | None = None, ax=None):
         title = f"{len(groups)} optimizer step{'s' * (len(groups) != 1)}; {len(left)} micro-batch" \
                 f"{'es' * (len(left) != 1)} left in .grad"
     ax.set_title(title, fontsize=10, loc="left")
-    if own:
-        plt.close(fig)
-    return fig
+    return Picture(fig) if own else fig

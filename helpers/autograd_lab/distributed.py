@@ -49,6 +49,8 @@ from pathlib import Path
 
 import psutil
 
+from .figures import Picture, new_figure
+
 __all__ = [
     "DistributedRunError",
     "Run",
@@ -521,13 +523,12 @@ def draw_update_timeline(events_by_rank, *, title: str = "", unit: str = "ms"):
     ``events_by_rank`` lists, for each rank, ``(kind, start, end)`` triples in ``unit``
     since the update began; kind "all-reduce" goes to the communication lane, any
     other kind ("forward", "backward", "step") to the compute lane.
-    Returns the matplotlib Figure (closed, so a notebook shows it once).
+    Returns a ``Picture`` of the figure (shown once, drawn in one pass).
     """
     events_by_rank = _checked_events(events_by_rank)
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.75 * len(events_by_rank)), dpi=90)
+    fig, ax = new_figure((7.5, 0.9 + 0.75 * len(events_by_rank)), 90)
     labels, ticks, end = [], [], 0.0
     for rank, events in enumerate(events_by_rank):
         base = 2 * (len(events_by_rank) - 1 - rank)
@@ -551,8 +552,7 @@ def draw_update_timeline(events_by_rank, *, title: str = "", unit: str = "ms"):
         ax.spines[side].set_visible(False)
     ax.set_title(title, fontsize=10)
     fig.subplots_adjust(left=0.2, right=0.8, bottom=0.8 / fig.get_figheight(), top=1 - 0.35 / fig.get_figheight())
-    plt.close(fig)
-    return fig
+    return Picture(fig)
 
 
 PROGRESS_TICK_S = 0.25  # how often the run button's progress bar moves
