@@ -253,9 +253,19 @@ def _central_errors(dtype, x0):
             for k in range(1, 10, 2)}
 
 
+def test_save_for_backward_checks_versions_like_a_builtin_node():
+    x = torch.tensor([0.5, 2.0], requires_grad=True)
+    h = x * 1.0  # a non-leaf, so that it may be changed in place
+    y = XExp.apply(h)
+    h.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 @pytest.mark.parametrize("x0", [0.7, -1.3, 2.2])
 def test_central_differences_improve_then_degrade_and_float32_is_far_worse(x0):
     e64, e32 = _central_errors(torch.float64, x0), _central_errors(torch.float32, x0)
+    assert 1e-5 < e64[3] / e64[1] < 1e-3  # the truncation error falls like eps^2 while rounding is negligible
     assert e64[3] < e64[1] and e64[9] > min(e64.values()) and min(e64.values()) < 1e-8
     assert e32[9] > e32[3] and min(e32.values()) > 1e3 * min(e64.values())
 
