@@ -49,6 +49,57 @@ def test_result_requires_grad_iff_any_input_does(x_rg, y_rg):
     assert (z.grad_fn is None) == z.is_leaf
 
 
+# Operations whose result is an integer or boolean, or that never read the input's values: never recorded.
+UNRECORDED = {
+    "comparison": lambda x: x > 0,
+    "equality": lambda x: x == x,
+    "argmax": lambda x: x.argmax(),
+    "argsort": lambda x: x.argsort(),
+    "sort indices": lambda x: x.sort().indices,
+    "cast to int64": lambda x: x.long(),
+    "cast to bool": lambda x: x.bool(),
+    "zeros_like": torch.zeros_like,
+    "ones_like": torch.ones_like,
+    "new_zeros": lambda x: x.new_zeros(3),
+}
+# Floating-point or complex results that depend on the input's values: recorded, even with zero derivatives.
+RECORDED = {
+    "round": lambda x: x.round(),
+    "sign": lambda x: x.sign(),
+    "floor": lambda x: x.floor(),
+    "cast to float64": lambda x: x.double(),
+    "cast to float16": lambda x: x.half(),
+    "cast to complex": lambda x: x.to(torch.complex64),
+    "max": lambda x: x.max(),
+    "clone": lambda x: x.clone(),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", sorted(UNRECORDED))
+def test_results_that_cannot_have_a_gradient_are_not_recorded(name, dtype):
+    x = torch.tensor([1.5, -0.5, 2.0], dtype=dtype, requires_grad=True)
+    result = UNRECORDED[name](x)
+    assert result.grad_fn is None and not result.requires_grad and result.is_leaf
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_floating_results_that_depend_on_the_input_are_recorded_unless_grad_mode_is_off(name):
+    x = torch.tensor([1.5, -0.5, 2.0], requires_grad=True)
+    result = RECORDED[name](x)
+    assert result.requires_grad and result.grad_fn is not None
+    assert result.is_floating_point() or result.is_complex()
+    with torch.no_grad():
+        assert RECORDED[name](x).grad_fn is None
+    assert RECORDED[name](x.detach()).grad_fn is None   # no input requires grad: nothing recorded
+
+
+def test_round_is_recorded_with_a_zero_derivative():
+    x = torch.tensor([1.5, -0.4, 2.2], requires_grad=True)
+    x.round().sum().backward()
+    assert torch.equal(x.grad, torch.zeros(3))
+
+
 def test_grad_is_none_until_backward_and_lands_on_leaves_only():
     a = torch.tensor(2.0, requires_grad=True)
     b = torch.tensor(4.0)
