@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+
 from autograd_lab import distributed as dl
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_accumulation_in_practice.ipynb"
