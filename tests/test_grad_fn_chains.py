@@ -1,10 +1,14 @@
 """Notebook 02 (grad_fn chains): the facts its prose relies on, the step-through instrument, the exercise checks.
 
 The backward loop below is this test's own copy of the one written out in the notebook: the notebook's
-claims are checked against PyTorch here, not read back from the notebook.
+claims are checked against PyTorch here, not read back from the notebook. One group of tests also runs the
+notebook's own loop (its function definitions, read from the notebook) on a collection of graphs.
 """
 
+import ast
+import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +19,8 @@ from autograd_lab import graph_nodes, stepper
 from autograd_lab.exercises import grad_fn_chains as ex
 from autograd_lab.graph import format_tensor
 from autograd_lab.graphmodel import node_name
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_grad_fn_chains.ipynb"
 
 
 def base(names):
@@ -55,16 +61,17 @@ def backward_by_hand(loss, log=None):
         grad_output = pending.pop(node)
         if hasattr(node, "variable"):
             leaf = node.variable
-            grad_output = grad_output.sum_to_size(leaf.shape)
             leaf_grads[leaf] = leaf_grads[leaf] + grad_output if leaf in leaf_grads else grad_output
             grads = ()
         else:
             with torch.no_grad():
                 grads = node(grad_output)
             grads = grads if isinstance(grads, tuple) else (grads,)
-            for (child, _), grad in zip(node.next_functions, grads):
-                if child is not None:
-                    pending[child] = pending[child] + grad if child in pending else grad
+            for (child, k), grad in zip(node.next_functions, grads):
+                if child is None or grad is None:
+                    continue
+                grad = grad.sum_to_size(child._input_metadata[k].shape)  # the engine sums on every edge
+                pending[child] = pending[child] + grad if child in pending else grad
         if log is not None:
             log.append((node, grad_output, grads))
     return leaf_grads
@@ -232,6 +239,155 @@ def test_hand_walk_hands_each_node_what_the_engine_hands_it():
     assert len(inner) == len(seen)
     for node, grad_output in inner:
         assert_close(grad_output, seen[node])
+
+
+# ---------------------------------------------------------------- section 5: the loop on a collection of graphs
+# Each builder returns (loss, leaves). Several broadcast an intermediate, not only a leaf.
+
+
+def _seed_graph():
+    w, *_, loss = seed_example()
+    return loss, [w]
+
+
+def _broadcast_sum():  # the notebook's case: h = v.sum() is one number, broadcast against u
+    v, u = torch.randn(3, requires_grad=True), torch.randn(5)
+    return (v.sum() * u).sum(), [v]
+
+
+def _broadcast_unsqueezed():
+    w, x = torch.randn(3, requires_grad=True), torch.randn(3, 5)
+    return (w[:, None] * x).sum(), [w]
+
+
+def _broadcast_matrix_rows():
+    w, a, b = torch.randn(3, requires_grad=True), torch.randn(3, 4), torch.randn(6, 4)
+    h = w @ a  # (4,), an intermediate
+    return torch.tanh(h[None, :] * b).mean(), [w]
+
+
+def _expand_and_divide():
+    w, x = torch.randn(3, requires_grad=True), torch.randn(4, 3)
+    return (x / (w.exp().sum() + w.expand(4, 3))).pow(2).mean(), [w]
+
+
+def _centred_rows():  # a mean with keepdim, broadcast back over its row
+    z = torch.randn(5, 4, requires_grad=True)
+    return ((z - z.mean(1, keepdim=True)) ** 3).sum(), [z]
+
+
+def _value_used_twice():
+    w, x = torch.randn(3, requires_grad=True), torch.randn(3)
+    h = w * x
+    return (h * h + h.sum() * w).sum(), [w]
+
+
+def _mlp_graph():
+    mlp = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+    return nn.functional.mse_loss(mlp(torch.randn(16, 3)), torch.randn(16, 1)), list(mlp.parameters())
+
+
+def _classifier_graph():
+    lin = nn.Linear(4, 3)
+    scale = torch.tensor(2.0, requires_grad=True)  # a scalar leaf broadcast over the logits
+    logits = lin(torch.randn(6, 4)) * scale
+    return nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2, 0, 1, 2])), [*lin.parameters(), scale]
+
+
+def _mixed_leaf_shapes():
+    a, b = torch.randn(2, 1, 3, requires_grad=True), torch.randn(4, 1, requires_grad=True)
+    return ((a + b) * (a * b).sigmoid()).sum(), [a, b]
+
+
+CORPUS = {f.__name__.strip("_"): f for f in (
+    _seed_graph, _broadcast_sum, _broadcast_unsqueezed, _broadcast_matrix_rows, _expand_and_divide,
+    _centred_rows, _value_used_twice, _mlp_graph, _classifier_graph, _mixed_leaf_shapes)}
+
+
+def _notebook_loop():
+    """The notebook's reverse_topological_order and backward_by_hand, exactly as the learner reads them."""
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]}
+    namespace = {"torch": torch}
+    for cell_id in ("topo", "loop"):
+        tree = ast.parse(cells[cell_id])
+        tree.body = [node for node in tree.body if isinstance(node, ast.FunctionDef)]  # not the demo prints
+        exec(compile(tree, cell_id, "exec"), namespace)
+    return namespace["backward_by_hand"]
+
+
+LOOPS = {"notebook": _notebook_loop, "this test's copy": lambda: backward_by_hand}
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+@pytest.mark.parametrize("graph", sorted(CORPUS))
+def test_hand_backward_matches_backward_on_every_graph_of_the_corpus(graph, loop):
+    torch.manual_seed(0)
+    loss, leaves = CORPUS[graph]()
+    by_hand = LOOPS[loop]()(loss)
+    loss.backward()
+    assert set(by_hand) == set(leaves)
+    for leaf in leaves:
+        assert by_hand[leaf].shape == leaf.shape
+        assert_close(by_hand[leaf], leaf.grad)
+
+
+@pytest.mark.parametrize("graph", sorted(CORPUS))
+def test_every_node_receives_what_the_engine_hands_it(graph):
+    torch.manual_seed(0)
+    loss, _ = CORPUS[graph]()
+    log = []
+    _notebook_loop()(loss, log)
+    seen = {}
+    for node in graph_nodes(loss):
+        if not hasattr(node, "variable"):
+            node.register_prehook(lambda grad_outputs, node=node: seen.__setitem__(node, grad_outputs[0]))
+    loss.backward()
+    inner = [(n, g) for n, g, _ in log if not hasattr(n, "variable")]
+    assert len(inner) == len(seen)
+    for node, grad_output in inner:
+        assert grad_output.shape == seen[node].shape
+        assert_close(grad_output, seen[node])
+
+
+def test_without_the_sum_on_each_edge_a_broadcast_intermediate_gets_a_gradient_of_the_wrong_shape():
+    torch.manual_seed(0)
+    v, u = torch.randn(3, requires_grad=True), torch.randn(5)
+    h = v.sum()
+    out = (h * u).sum()
+    mul = out.grad_fn.next_functions[0][0]
+    (grad_h, _) = mul(torch.ones(5))
+    assert grad_h.shape == u.shape != h.shape  # the node itself returns one value per value of u
+    sum_node = mul.next_functions[0][0]
+    assert node_name(sum_node).startswith("SumBackward")
+    assert tuple(sum_node._input_metadata[0].shape) == ()  # what the edge sums it down to
+    with pytest.raises(RuntimeError):
+        sum_node(grad_h)  # handed five numbers where it expects one
+
+
+def test_the_loop_leaves_out_nodes_with_several_outputs():
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    first, rest = w.split([1, 2])
+    loss = (first * 3).sum() + (rest ** 2).sum()
+    split_node = loss.grad_fn.next_functions[1][0].next_functions[0][0].next_functions[0][0]
+    assert node_name(split_node).startswith("Split")  # one node, two outputs: k = 0 and k = 1 point at it
+    try:
+        by_hand = _notebook_loop()(loss)[w]
+    except (RuntimeError, TypeError):
+        by_hand = None
+    loss.backward()
+    assert by_hand is None or not torch.allclose(by_hand, w.grad)
+
+
+def test_the_loop_ignores_tensor_hooks_that_backward_runs():
+    w, x = torch.tensor([1.0, 2.0], requires_grad=True), torch.tensor([3.0, 4.0])
+    h = w * x
+    h.register_hook(lambda grad: grad * 10)
+    loss = h.sum()
+    by_hand = _notebook_loop()(loss)[w]
+    loss.backward()
+    assert_close(by_hand, x)
+    assert_close(w.grad, 10 * x)
 
 
 def test_reverse_topological_order_puts_each_node_before_its_inputs():
