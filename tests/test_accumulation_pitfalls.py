@@ -75,6 +75,7 @@ OPTIMIZERS = {
     "SGD": lambda p: torch.optim.SGD(p, lr=0.1),
     "SGD momentum + weight decay": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01),
     "Adam": lambda p: torch.optim.Adam(p, lr=0.01),
+    "Adam + weight_decay (L2)": lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1),
     "AdamW": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
 }
 
@@ -85,7 +86,7 @@ def l2(model):
     return sum((p**2).sum() for p in model.parameters())
 
 
-def make_full(*, lam=0.0, clip=False, autocast=None, scaler=None):
+def make_full(*, lam=0.0, clip=False, autocast=None, scaler=None, max_norm=MAX_NORM):
     def update(model, opt, x, y):
         opt.zero_grad()
         with torch.autocast("cpu", dtype=autocast, enabled=autocast is not None):
@@ -93,7 +94,7 @@ def make_full(*, lam=0.0, clip=False, autocast=None, scaler=None):
         loss = loss + lam * l2(model) if lam else loss
         (scaler.scale(loss) if scaler else loss).backward()
         if clip:
-            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         if scaler:
             scaler.step(opt)
             scaler.update()
@@ -103,7 +104,7 @@ def make_full(*, lam=0.0, clip=False, autocast=None, scaler=None):
     return update
 
 
-def make_accumulated(*, lam=0.0, lam_every=False, clip=None, scaled=True, autocast=None, scaler=None):
+def make_accumulated(*, lam=0.0, lam_every=False, clip=None, scaled=True, autocast=None, scaler=None, max_norm=MAX_NORM):
     def update(model, opt, x, y, k):
         opt.zero_grad()
         for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
@@ -116,9 +117,9 @@ def make_accumulated(*, lam=0.0, lam_every=False, clip=None, scaled=True, autoca
                 loss = (loss + lam * l2(model)) * share if lam else loss * share
             (scaler.scale(loss) if scaler else loss).backward()
             if clip == "inside":
-                nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+                nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         if clip == "after":
-            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         if scaler:
             scaler.step(opt)
             scaler.update()
@@ -171,6 +172,7 @@ def case(name):
         "plain MLP|SGD momentum + weight decay": (plain, "SGD momentum + weight decay", *plain_pair, EQUIVALENT),
         "plain MLP|Adam": (plain, "Adam", *plain_pair, EQUIVALENT),
         "plain MLP|AdamW": (plain, "AdamW", *plain_pair, EQUIVALENT),
+        "plain MLP|Adam + weight_decay (L2)": (plain, "Adam + weight_decay (L2)", *plain_pair, EQUIVALENT),
         "BatchNorm": (batchnorm, "SGD", *plain_pair, EQUIVALENT),
         "LayerNorm": (layernorm, "SGD", *plain_pair, EQUIVALENT),
         "GroupNorm": (groupnorm, "SGD", *plain_pair, EQUIVALENT),
@@ -185,6 +187,10 @@ def case(name):
         "L2 scaled with the loss": (plain, "SGD", make_full(lam=LAM), make_accumulated(lam=LAM), EQUIVALENT),
         "no loss scaling|SGD": (plain, "SGD", make_full(), make_accumulated(scaled=False), EQUIVALENT),
         "no loss scaling|Adam": (plain, "Adam", make_full(), make_accumulated(scaled=False), EQUIVALENT),
+        "no loss scaling|Adam + weight_decay (L2)": (
+            plain, "Adam + weight_decay (L2)", make_full(), make_accumulated(scaled=False), EQUIVALENT
+        ),
+        "no loss scaling|AdamW": (plain, "AdamW", make_full(), make_accumulated(scaled=False), EQUIVALENT),
         "bf16 autocast": (
             plain, "SGD", make_full(autocast=torch.bfloat16), make_accumulated(autocast=torch.bfloat16), BF16_TOL
         ),
@@ -205,6 +211,7 @@ EXPECTED = {
     "plain MLP|SGD momentum + weight decay": "equivalent",
     "plain MLP|Adam": "equivalent",
     "plain MLP|AdamW": "equivalent",
+    "plain MLP|Adam + weight_decay (L2)": "equivalent",
     "BatchNorm": "NOT equivalent",
     "LayerNorm": "equivalent",
     "GroupNorm": "equivalent",
@@ -217,6 +224,8 @@ EXPECTED = {
     "L2 scaled with the loss": "equivalent",
     "no loss scaling|SGD": "NOT equivalent",
     "no loss scaling|Adam": "nearly equivalent",
+    "no loss scaling|Adam + weight_decay (L2)": "NOT equivalent",  # the L2 term in .grad is not scaled by k
+    "no loss scaling|AdamW": "nearly equivalent",  # decoupled decay: the missing scale is hidden again
     "bf16 autocast": "equivalent",
     "fp16 + GradScaler, fresh scale": "NOT equivalent",
     "fp16 + GradScaler, settled scale": "equivalent",
@@ -308,6 +317,81 @@ def test_clipping_acts_on_the_full_batch_gradient():
     model = plain()
     mse_loss(model(BATCHES[0][0]), BATCHES[0][1]).backward()
     assert float(nn.utils.clip_grad_norm_(model.parameters(), float("inf"))) > MAX_NORM
+
+
+def partial_sum_norms(batch, k=K):
+    """The norm of .grad after each micro-batch's backward, on a fresh plain model."""
+    torch.manual_seed(0)
+    model = plain()
+    norms = []
+    for xb, yb in zip(batch[0].tensor_split(k), batch[1].tensor_split(k)):
+        (mse_loss(model(xb), yb) * len(xb) / len(batch[0])).backward()
+        norms.append(float(torch.cat([p.grad.flatten() for p in model.parameters()]).norm()))
+    return norms
+
+
+def test_setup_c_clipping_bites_from_the_first_micro_batch():
+    # exercise 1's set-up C is "not equivalent" because clipping acts on the partial sums: with max_norm 0.2
+    # already the first micro-batch's share of the gradient is above it
+    assert partial_sum_norms(BATCHES[0])[0] > MAX_NORM
+
+
+def test_clipping_inside_the_loop_is_exact_when_no_partial_sum_reaches_max_norm():
+    loose = 10.0
+    assert max(n for batch in BATCHES for n in partial_sum_norms(batch)) < loose / 4  # far from it at the start
+    full, inside = make_full(clip=True, max_norm=loose), make_accumulated(clip="inside", max_norm=loose)
+    assert measure(plain, "SGD", full, inside)[1] < EQUIVALENT
+    # and it never acted: the same as no clipping at all
+    assert measure(plain, "SGD", make_full(), inside)[1] < EQUIVALENT
+    # while at a max_norm the partial sums pass it is not equivalent (the summary row)
+    tight = make_accumulated(clip="inside", max_norm=MAX_NORM)
+    assert measure(plain, "SGD", make_full(clip=True), tight)[1] > NOT_EQUIVALENT
+
+
+@pytest.mark.parametrize("weight_decay, hidden", [(0.0, True), (0.01, False), (0.1, False)])
+def test_adam_hides_a_missing_scale_only_without_l2_weight_decay(weight_decay, hidden):
+    OPTIMIZERS["Adam, this weight decay"] = lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=weight_decay)
+    try:
+        diff = measure(plain, "Adam, this weight decay", make_full(), make_accumulated(scaled=False))[1]
+    finally:
+        del OPTIMIZERS["Adam, this weight decay"]
+    assert (diff < NOT_EQUIVALENT) == hidden, diff
+
+
+def test_adamw_hides_a_missing_scale_whatever_its_weight_decay():
+    for weight_decay in (0.01, 0.1, 1.0):
+        OPTIMIZERS["AdamW, this weight decay"] = lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=weight_decay)
+        try:
+            diff = measure(plain, "AdamW, this weight decay", make_full(), make_accumulated(scaled=False))[1]
+        finally:
+            del OPTIMIZERS["AdamW, this weight decay"]
+        assert EQUIVALENT < diff < NOT_EQUIVALENT, (weight_decay, diff)
+
+
+def bf16_sum_error(k, dtype, n=1024, seed=1):
+    """Relative error of the k-micro-batch gradient (autocast bfloat16, .grad in `dtype`) against float64."""
+    gen = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(n, D, generator=gen), torch.randn(n, 1, generator=gen)
+    torch.manual_seed(0)
+    start = plain()
+    exact = copy.deepcopy(start).double()
+    mse_loss(exact(x.double()), y.double()).backward()
+    model = copy.deepcopy(start).to(dtype)
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = mse_loss(model(xb.to(dtype)), yb.to(dtype)) * len(xb) / n
+        loss.backward()
+    got = torch.cat([p.grad.double().flatten() for p in model.parameters()])
+    want = torch.cat([p.grad.flatten() for p in exact.parameters()])
+    return float((got - want).norm() / want.norm())
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_bfloat16_grad_adds_error_with_k_a_float32_grad_does_not(seed):
+    f32 = [bf16_sum_error(k, torch.float32, seed=seed) for k in (1, 256)]
+    b16 = [bf16_sum_error(k, torch.bfloat16, seed=seed) for k in (1, 256)]
+    assert f32[1] < 1.5 * f32[0]
+    assert b16[1] > 2.5 * b16[0] and b16[1] > 2.5 * f32[1]
 
 
 def test_penalty_in_every_micro_loss_is_the_full_batch_with_k_times_lambda():
