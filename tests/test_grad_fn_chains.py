@@ -444,6 +444,33 @@ def test_retain_graph_lets_a_second_backward_add_to_grad():
     assert first.item() == -20.0 and w.grad.item() == -40.0
 
 
+@pytest.mark.parametrize("number", [3, 2.5, -1])
+@pytest.mark.parametrize("op", ["mul", "rmul", "div"])
+def test_a_python_number_a_derivative_needs_is_saved_as_a_tensor_and_freed(op, number):
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    out = {"mul": lambda: w * number, "rmul": lambda: number * w, "div": lambda: w / number}[op]()
+    saved = saved_tensors(out.grad_fn)
+    assert any(t.numel() == 1 and t.item() == pytest.approx(number) for t in saved.values()), saved
+    loss = out.sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()
+
+
+def test_a_power_keeps_its_exponent_as_a_plain_number_but_still_saves_a_tensor():
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    node = (w ** 2).grad_fn
+    assert node._saved_exponent == 2 and not torch.is_tensor(node._saved_exponent)
+    assert set(saved_tensors(node)) == {"_saved_self"}
+
+
+@pytest.mark.parametrize("op", [lambda w: w + 3, lambda w: 3 - w, lambda w: w.sum() * 1 + 0])
+def test_adding_a_python_number_saves_no_tensor(op):
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    out = op(w)
+    assert saved_tensors(out.grad_fn) == {}
+
+
 def test_add_saves_no_tensor_so_a_second_backward_works():
     a = torch.tensor(2.0, requires_grad=True)
     b = torch.tensor(4.0, requires_grad=True)
