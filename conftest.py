@@ -9,6 +9,10 @@ compared. That the SVG itself is byte-for-byte stable is tested separately
 (tests/test_graph.py).
 """
 
+import re
+
+import pytest
+
 try:
     from nbval.plugin import IPyNbFile
 except ImportError:  # nbval not installed: plain unit tests still run
@@ -17,7 +21,18 @@ except ImportError:  # nbval not installed: plain unit tests still run
 NOT_COMPARED = ("image/svg+xml",)
 
 
+# A test id must be the same in every process: pytest-xdist collects in each worker and refuses to run when
+# the lists differ. A memory address in an id (the repr of an object) differs from process to process.
+UNSTABLE_ID = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def pytest_collection_modifyitems(session, config, items):
+    unstable = [item.nodeid for item in items if UNSTABLE_ID.search(item.nodeid)]
+    if unstable:
+        raise pytest.UsageError(
+            "test ids must not contain memory addresses (pytest-xdist collects in each worker): give the "
+            "parametrize call ids=[...]; first one: " + unstable[0]
+        )
     if IPyNbFile is None:
         return
     for item in items:

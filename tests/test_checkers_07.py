@@ -313,7 +313,10 @@ class Hostile:
 
 
 @pytest.mark.parametrize("check", [ex.check_hook_grad, ex.check_frozen_grads, ex.check_silu_backward])
-@pytest.mark.parametrize("odd", [Hostile(), None, ..., [], {}, b"bytes", float("nan"), type], ids=repr)
+@pytest.mark.parametrize(
+    "odd", [Hostile(), None, ..., [], {}, b"bytes", float("nan"), type],
+    ids=["hostile", "None", "Ellipsis", "empty-list", "empty-dict", "bytes", "nan", "type"],
+)
 def test_no_check_raises_on_an_odd_answer(check, odd):
     fb = check(odd)
     assert fb.status in ("wrong", "malformed", "unanswered"), fb
