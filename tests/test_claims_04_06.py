@@ -77,3 +77,48 @@ def test_weight_norm_also_keeps_a_part_that_does_not_shrink():
     x = torch.randn(256, 32)
     ratio = peak_saved(model, x, 1) / peak_saved(model, x, 16)
     assert 1 < ratio < 16 / 1.5
+
+
+# ------------------------------------------------------------------ 06: exact metrics with DistributedSampler
+
+
+def repeat_weights(n, world, rank, length):
+    """1 for a real sample, 0 for a repeat: rank r holds positions r, r + world, ... of the padded list."""
+    return torch.tensor([float(rank + j * world < n) for j in range(length)])
+
+
+def all_reduced_mean(values, n, world, shuffle, weighted, drop_last=False):
+    total = count = 0.0
+    for rank in range(world):
+        sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=shuffle, seed=3,
+                                     drop_last=drop_last)
+        idx = list(sampler)
+        w = repeat_weights(n, world, rank, len(idx)) if weighted else torch.ones(len(idx))
+        total += float((w * values[idx]).sum())
+        count += float(w.sum())
+    return total / count
+
+
+@pytest.mark.parametrize("n, world", [(5, 2), (7, 3), (10, 4), (13, 8)])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_padding_counts_repeats_and_zero_weights_make_the_metric_exact(n, world, shuffle):
+    values = torch.arange(1.0, n + 1) ** 2  # distinct per-sample errors, so a repeat always shows
+    exact = float(values.mean())
+    assert not math.isclose(all_reduced_mean(values, n, world, shuffle, weighted=False), exact)
+    assert not math.isclose(all_reduced_mean(values, n, world, shuffle, weighted=False, drop_last=True), exact)
+    assert math.isclose(all_reduced_mean(values, n, world, shuffle, weighted=True), exact, rel_tol=1e-12)
+
+
+def test_the_zero_weights_mark_exactly_one_copy_of_each_sample_as_real():
+    n, world = 11, 4
+    seen = []
+    for rank in range(world):
+        idx = list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=1))
+        seen += [i for i, w in zip(idx, repeat_weights(n, world, rank, len(idx)).tolist()) if w == 1.0]
+    assert sorted(seen) == list(range(n))
+
+
+def test_the_notebooks_five_samples():
+    xs = torch.tensor([4.0, 2.0, 1.0, 3.0, 5.0])  # |y - w x| at w = 1 is x itself
+    assert all_reduced_mean(xs, 5, 2, shuffle=False, weighted=False) == pytest.approx(19 / 6)
+    assert all_reduced_mean(xs, 5, 2, shuffle=False, weighted=True) == pytest.approx(3.0)

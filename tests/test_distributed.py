@@ -158,6 +158,46 @@ def test_one_call_per_bucket_and_no_sync_defers_all_of_them():
         dist.destroy_process_group()
 
 
+def test_ddp_rebuilds_its_buckets_after_the_first_update_with_a_small_first_bucket():
+    """Notebook 06: its constant counts come from an 18 KiB gradient; past the first-bucket size they change."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        calls = []
+
+        def hook(state, bucket):
+            calls.append(bucket.buffer().numel() * bucket.buffer().element_size())
+            return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
+
+        def calls_per_update(width):
+            torch.manual_seed(0)
+            net = torch.nn.Sequential(torch.nn.Linear(16, width), torch.nn.Tanh(), torch.nn.Linear(width, width),
+                                      torch.nn.Tanh(), torch.nn.Linear(width, 1))
+            model = DDP(net)
+            model.register_comm_hook(None, hook)
+            grad_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
+            counts = []
+            for _ in range(3):
+                calls.clear()
+                model(torch.randn(4, 16)).sum().backward()
+                counts.append(len(calls))
+                assert sum(calls) == grad_bytes
+            return grad_bytes, counts
+
+        first = dist._DEFAULT_FIRST_BUCKET_BYTES
+        small_bytes, small = calls_per_update(64)
+        assert small_bytes < first and small == [1, 1, 1]
+        big_bytes, big = calls_per_update(768)  # about 2.3 MiB: above the first bucket, far below the cap
+        assert first < big_bytes < 25 * 2**20 // 4
+        assert big[0] == 1 and big[1] > 1 and big[2] == big[1]
+    finally:
+        dist.destroy_process_group()
+
+
 # --------------------------------------------------------------------------- robustness
 
 
