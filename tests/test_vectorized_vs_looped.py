@@ -6,12 +6,14 @@ the exercise references in the helper package match what the notebook shows.
 """
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import autograd_lab as lab
 from autograd_lab.exercises import vectorized_vs_looped as ex
@@ -265,3 +267,72 @@ def test_notebook_loops_match_the_exercise_references():
     w, xs, y, v = torch.randn(3), torch.randn(8, 3), torch.randn(8), torch.rand(8)
     notebook_value = namespace["weighted_loss_loop"](w, xs, y, v)
     torch.testing.assert_close(notebook_value, ex.reference_weighted_loss_loop(w, xs, y, v))
+
+
+# ---------------------------------------------------------------- section 4: where the loop's time goes
+
+
+class CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _ops(loss_fn, model, x, y):
+    """(ATen operations of the forward pass under no_grad, of backward) for one call."""
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad(), CountOps() as forward:
+        loss_fn(model, x, y)
+    loss = loss_fn(model, x, y)
+    with CountOps() as backward:
+        loss.backward()
+    return forward.ops.total(), backward.ops.total()
+
+
+MODELS = {
+    "scalar": (scalar_model, 1),
+    "mlp 16-64-1": (lambda: nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 1)), 16),
+    "mlp without bias": (lambda: nn.Sequential(nn.Linear(8, 16, bias=False), nn.Tanh(),
+                                               nn.Linear(16, 1, bias=False)), 8),
+    "deeper relu mlp": (lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                                              nn.Linear(16, 1)), 8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_each_sample_adds_a_fixed_set_of_aten_operations_more_in_backward(name):
+    make, width = MODELS[name]
+    torch.manual_seed(0)
+    model, x, y = make(), torch.randn(4, width), torch.randn(4)
+    looped = [_ops(loop_loss, model, x[:n], y[:n]) for n in (1, 2, 3)]
+    forward_1, backward_1 = (looped[1][i] - looped[0][i] for i in (0, 1))
+    assert (forward_1, backward_1) == (looped[2][0] - looped[1][0], looped[2][1] - looped[1][1])  # fixed per sample
+    assert 0 < forward_1 < backward_1
+    vectorized = [_ops(mean_loss, model, x[:n], y[:n]) for n in (1, 2, 3)]
+    assert vectorized[0] == vectorized[1] == vectorized[2]  # the same operations for any N
+
+
+def test_the_notebook_mlp_runs_about_twice_as_many_aten_operations_backward():
+    torch.manual_seed(0)
+    model, x, y = MODELS["mlp 16-64-1"][0](), torch.randn(2, 16), torch.randn(2)
+    (f1, b1), (f2, b2) = _ops(loop_loss, model, x[:1], y[:1]), _ops(loop_loss, model, x, y)
+    assert 1.5 * (f2 - f1) <= b2 - b1 <= 3 * (f2 - f1)
+
+
+def test_heap_cell_says_in_a_sentence_that_the_heap_cannot_be_read_off_glibc(monkeypatch, capsys):
+    from autograd_lab import measure
+
+    monkeypatch.setattr(measure, "_MALLINFO2", None)  # as on macOS, Windows or musl
+    assert measure.heap_bytes() is None and measure.held_bytes(lambda: torch.ones(3)) is None
+    namespace = {"torch": torch, "nn": nn, "lab": lab, "held_bytes": measure.held_bytes}
+    exec(_notebook_cell("losses"), namespace)
+    exec(_notebook_cell("mlp"), namespace)  # mlp, X, Y and graph_size, as the notebook defines them
+    namespace.update(model_v=scalar_model(), x_pool=torch.randn(1000, 1), y_pool=torch.randn(1000))
+    exec(_notebook_cell("held"), namespace)
+    out = capsys.readouterr().out
+    assert "cannot be read on this platform" in out and "heap held" not in out
+    assert out.count("bytes per sample: saved") == 4  # the bytes saved are still measured
