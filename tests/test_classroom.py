@@ -380,7 +380,8 @@ def test_student_release_has_no_solution_and_no_output(course, aid):
     release = course["release"][aid]
     text = json.dumps(release)
     assert classroom.BEGIN not in text and classroom.END not in text
-    assert "%load" not in text and not any(classroom.is_reveal_cell(c) for c in release.cells)
+    assert not any(classroom.is_reveal_cell(c) for c in release.cells)
+    assert not any("%load" in c.source for c in release.cells if c.cell_type == "code"), "no way to a solution"
     by_id = {c.get("id"): c for c in release.cells}
     for ex in course["exercises"][aid]:
         cell = by_id[ex.solution_id]
@@ -553,7 +554,7 @@ def test_handout_page(handout_dir, path):
     assert "application/vnd.jupyter.widget-view+json" not in text
     folded = text.count("Worked solution: try the exercise first, then click to show")
     assert folded == len(exercises_of(path)), "every worked solution is on the page, folded"
-    assert "%load" not in text, "the handout shows the solutions themselves, not the reveal cells"
+    assert "%load solutions/" not in text, "the handout shows the solutions themselves, not the reveal cells"
     raising = [c for c in nb.cells if "raises-exception" in c.metadata.get("tags", []) and errors(c)]
     assert text.count('class="al-expected-error"') == len(raising)
     graphs = sum("image/svg+xml" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
