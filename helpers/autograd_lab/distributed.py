@@ -47,9 +47,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# This file also runs as a script (the guard process, see _start_guard): top-level imports stay absolute
+# (the standard library and psutil), so that it starts without the package.
 import psutil
-
-from .figures import Picture, new_figure
 
 __all__ = [
     "DistributedRunError",
@@ -527,6 +527,8 @@ def draw_update_timeline(events_by_rank, *, title: str = "", unit: str = "ms"):
     """
     events_by_rank = _checked_events(events_by_rank)
     from matplotlib.patches import Patch
+
+    from .figures import Picture, new_figure  # here, not at the top: the guard runs this file as a script
 
     fig, ax = new_figure((7.5, 0.9 + 0.75 * len(events_by_rank)), 90)
     labels, ticks, end = [], [], 0.0
