@@ -42,8 +42,8 @@ VERDICTS = ("equivalent", "not equivalent", "only in distribution")
 SETUPS = {
     "A": "AdamW; a model with LayerNorm; each micro-batch loss multiplied by its share len(xb) / len(x)",
     "B": "SGD; a model with BatchNorm1d in training mode; each micro-batch loss multiplied by its share",
-    "C": "SGD; clip_grad_norm_ called right after every micro-batch's backward(), with a max_norm the "
-    "gradient exceeds",
+    "C": "SGD; clip_grad_norm_ called right after every micro-batch's backward(), with a max_norm that even "
+    "the first micro-batch's gradient exceeds (section 6's 0.2), so the clipping acts inside the loop",
     "D": "SGD; each micro-batch loss computed with reduction='sum', then divided by the full batch size N",
     "E": "Adam; a model with two Dropout layers; each micro-batch loss multiplied by its share",
     "F": "SGD(weight_decay=0.01) instead of a penalty in the loss; each micro-batch loss multiplied by its share",
@@ -66,7 +66,8 @@ _WHY = {
     "B": "BatchNorm normalizes with the statistics of the batch it is given: each micro-batch gets its own mean "
     "and variance, so every sample's output and gradient change (and the running statistics are updated k times).",
     "C": "clipping is not linear: clipping the partial sums along the way is not the same as clipping the "
-    "finished gradient once. Clip once, after the loop, right before step().",
+    "finished gradient once. Clip once, after the loop, right before step(). (With a max_norm that no partial "
+    "sum reaches, clipping never acts and the loop would be exact.)",
     "D": "sum over the micro-batch divided by N is the micro-batch mean times its share n_i / N: "
     "the k pieces add up to the full-batch mean, whatever the micro-batch sizes.",
     "E": "the dropout masks come from the random stream in another order (layer 1 and 2 alternate per micro-batch), "
