@@ -56,6 +56,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "hub: a whole class on JupyterHub in real browsers (pytest -m hub)")
 
 
+def pytest_collection_modifyitems(config, items):
+    """The class takes minutes and needs the hub's own install: it runs only when asked for by name (-m hub)."""
+    if "hub" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="a class on JupyterHub runs with -m hub (make test-hub)")
+    for item in items:
+        if item.get_closest_marker("hub"):
+            item.add_marker(skip)
+
+
 def _missing(what: str, hint: str):
     message = f"{what}\n{hint}"
     if browser_conf.IN_CI:

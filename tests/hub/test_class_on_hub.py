@@ -217,8 +217,10 @@ def test_a_class_releases_answers_submits_and_gets_grades_and_feedback(hub, chro
     phase("instructor logs in, releases (formgrader)")
 
     pages = {name: log_in(chromium, hub, name) for name in students}  # both servers start at once
-    for page in pages.values():
+    for name, page in pages.items():
         fetch_and_open(page)
+        formgrader = page.request.get(f"{hub.url}/user/{name}/formgrader/manage_assignments")
+        assert formgrader.status == 404, f"{name} reaches the formgrader ({formgrader.status})"
     hub.note_processes()
     phase("two students log in, fetch, open")
 
