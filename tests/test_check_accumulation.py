@@ -290,3 +290,15 @@ def test_meta_and_sparse_batches_are_refused_at_the_boundary(data, make, which):
     X, Y = (make(X), Y) if which == "inputs" else (X, make(Y))
     with pytest.raises(TypeError, match=f"{which} must be an ordinary dense tensor"):
         check_accumulation(_mlp(), nn.MSELoss(), X, Y, 2)
+
+
+def test_an_agreement_with_dropout_on_says_it_is_not_a_promise():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1))
+    x, y = torch.randn(12, 4), torch.randn(12, 1)
+    report = check_accumulation(model, nn.MSELoss(), x, y, k=3)
+    assert report.agree, "one dropout layer draws the same masks here (the CPU generator's order)"
+    assert len(report.notes) == 1 and "only in distribution" in report.notes[0] and "note:" in str(report)
+    model.eval()
+    quiet = check_accumulation(model, nn.MSELoss(), x, y, k=3)
+    assert quiet.agree and quiet.notes == [] and "note:" not in str(quiet)

@@ -89,6 +89,7 @@ class AccumulationReport:
     params_agree: bool | None = None  # after one optimizer step; None without optimizer=
     params_max_diff: float | None = None
     not_finite: list = field(default_factory=list)  # gradients holding NaN or inf: then there is no verdict
+    notes: list = field(default_factory=list)  # what an agreement does not promise (e.g. dropout's draws)
 
     def __bool__(self):
         return self.agree
@@ -130,6 +131,7 @@ class AccumulationReport:
         for i, cause in enumerate(self.causes):
             lines.append(("  likely cause: " if i == 0 else "  and:          ") + cause)
         lines.append(self._verdict_line())
+        lines += [f"  note:       {note}" for note in self.notes]
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -495,6 +497,12 @@ _NOT_FINITE_CAUSE = (
     "precision, ...): fix that first; accumulation cannot be judged on values that are not numbers"
 )
 
+_DROPOUT_AGREES = (
+    "dropout is on (training mode), and here the micro-batches drew the same masks as the full batch: an "
+    "accident of how this random generator hands out numbers, not a promise. Accumulation with dropout agrees "
+    "only in distribution; another device, seed or layer order can draw other masks."
+)
+
 _MIXING_CAUSE = (
     "something in the model or loss mixes the samples of a batch (a loss normalised by a batch statistic, "
     "a contrastive loss, a module that keeps state) or is random in a way this check cannot switch off"
@@ -594,6 +602,8 @@ def check_accumulation(
     report.agree = report.grads_agree and not report.buffers_differ and report.params_agree is not False
     if not report.agree:
         report.causes = _diagnose(setup, sizes, scale, tol, d.ratio, report.grads_agree, report.buffers_differ)
+    elif any(isinstance(m, _FAMILIES["dropout"]) and m.training for m in model.modules()):
+        report.notes = [_DROPOUT_AGREES]
     return report
 
 
