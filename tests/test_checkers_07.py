@@ -328,6 +328,16 @@ def test_a_request_to_stop_from_learner_code_passes_through(signal):
         ex.check_silu_backward(silu_function(lambda x, g: _raise(signal())))
 
 
+@pytest.mark.parametrize("check, answer", [(ex.check_hook_grad, RIGHT), (ex.check_frozen_grads, WITH_GRAD),
+                                           (ex.check_silu_backward, SavesSigmoid)], ids=["hook", "frozen", "silu"])
+def test_a_check_leaves_the_learners_random_stream_alone(check, answer):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    assert check(answer).passed
+    assert torch.equal(torch.rand(3), expected)
+
+
 # =========================================================================== the notebook and its solutions
 
 

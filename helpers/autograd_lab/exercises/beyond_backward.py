@@ -47,7 +47,6 @@ z = 5 * y + x
 z.backward()"""
 
 FREEZE_SNIPPET = """\
-torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
 model[2].bias.requires_grad_(False)
 model.eval()
@@ -58,8 +57,10 @@ loss.backward()"""
 
 
 def _run(snippet: str) -> dict:
+    """Run one of this module's snippets; the learner's random number stream is left as it was."""
     namespace: dict = {"torch": torch, "nn": torch.nn}
-    exec(snippet, namespace)  # the snippets are this module's own constants
+    with torch.random.fork_rng(devices=[]):
+        exec(snippet, namespace)  # the snippets are this module's own constants
     return namespace
 
 
