@@ -61,6 +61,7 @@ UNRECORDED = {
     "zeros_like": torch.zeros_like,
     "ones_like": torch.ones_like,
     "new_zeros": lambda x: x.new_zeros(3),
+    "histc (floats, declared non-differentiable)": lambda x: torch.histc(x, bins=3),
 }
 # Floating-point or complex results that depend on the input's values: recorded, even with zero derivatives.
 RECORDED = {
