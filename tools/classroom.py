@@ -368,7 +368,7 @@ def code_stub(config: Path = KIT / "nbgrader_config.py") -> str:
     from traitlets.config import Config
 
     c = Config()
-    exec(compile(config.read_text(), str(config), "exec"), {"get_config": lambda: c})
+    exec(compile(config.read_text(), str(config), "exec"), {"get_config": lambda: c, "__file__": str(config)})
     return c.ClearSolutions.code_stub["python"]
 
 
@@ -379,7 +379,10 @@ def assignment_id(path: Path) -> str:
 def setup_course(notebooks: list[Path], course: Path) -> list[str]:
     """An nbgrader course directory with one assignment per notebook, its source derived (source_notebook)."""
     course.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(KIT / "nbgrader_config.py", course / "nbgrader_config.py")
+    (course / "nbgrader_config.py").write_text(
+        "# The course's nbgrader settings, read from the repository (written by tools/classroom.py).\n"
+        f"load_subconfig({str(KIT / 'nbgrader_config.py')!r})  # noqa: F821 (traitlets provides it)\n"
+    )
     ids = []
     for path in notebooks:
         nb = source_notebook(nbformat.read(path, as_version=4), path.parent, path.name)

@@ -8,40 +8,10 @@ no longer exists). Usage: python tools/execute_notebooks.py notebooks/*.ipynb
 import sys
 import time
 from pathlib import Path
-from queue import Empty
 
 import nbformat
-from nbclient import NotebookClient
 
-POLL_S = 0.5
-
-
-class SteadyNotebookClient(NotebookClient):
-    """A NotebookClient that polls the shell channel in short steps.
-
-    With widget cells, waiting for a cell's reply in one long poll sometimes only
-    wakes up when the poll times out, although the reply has arrived
-    (jupyter/nbclient#312): a 3-second notebook then takes ten minutes. Polling in
-    steps of POLL_S seconds, up to the same deadline, picks the reply up at once.
-    """
-
-    async def async_start_new_kernel_client(self):
-        kc = await super().async_start_new_kernel_client()
-        channel = kc.shell_channel
-        one_poll = channel.get_msg
-
-        async def get_msg(timeout=None):
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                left = POLL_S if deadline is None else max(0.0, deadline - time.monotonic())
-                try:
-                    return await one_poll(timeout=min(POLL_S, left))
-                except Empty:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise
-
-        channel.get_msg = get_msg
-        return kc
+from kernels import notebook_client
 
 
 def merge_streams(outputs):
@@ -58,7 +28,7 @@ def merge_streams(outputs):
 def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    client = SteadyNotebookClient(
+    client = notebook_client(
         nb,
         timeout=600,
         kernel_name="python3",

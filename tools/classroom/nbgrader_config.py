@@ -1,8 +1,8 @@
 """nbgrader settings for Autograd Lab.
 
-`tools/classroom.py student` (make student) copies this file into the nbgrader course directory,
-build/nbgrader/, where every nbgrader command reads it (run nbgrader from that directory). To run
-the course in a course directory of your own, copy this file there as nbgrader_config.py.
+`tools/classroom.py student` (make student) writes the nbgrader course directory, build/nbgrader/, whose
+nbgrader_config.py loads this file (run nbgrader from that directory). To run the course in a course
+directory of your own, copy this file there as nbgrader_config.py.
 """
 
 c = get_config()  # noqa: F821 (nbgrader provides it)
@@ -25,38 +25,31 @@ c.ClearSolutions.code_stub = {
 # laptop room; nbgrader's default, 30 s, is tight for the multi-process notebook on a busy machine.
 c.Execute.timeout = 120
 
-# jupyter/nbclient#312: with widget cells, the wait for a cell's reply sometimes wakes only when its poll
-# times out, although the reply is there, so one grading run can sit idle for the whole timeout above.
-# Autograde executes with this subclass of nbgrader's Execute, which polls in short steps up to the same
-# deadline and picks the reply up at once (tools/execute_notebooks.py does the same for `make notebooks`).
-import time  # noqa: E402
-from queue import Empty  # noqa: E402
+# How autograde starts its kernels: over IPC and polling the shell channel in short steps (jupyter/nbclient#312:
+# with widget cells one long poll can sit idle for the whole timeout above). Both live in tools/kernels.py,
+# which `make notebooks` and `make bench` use too. This file lies in tools/classroom/ (the course directory's
+# nbgrader_config.py loads it from there); a copy elsewhere runs nbgrader's own Execute instead.
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from nbgrader.converters.autograde import Autograde  # noqa: E402
 from nbgrader.preprocessors import Execute  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+try:
+    from kernels import steady_shell, use_ipc
+except ImportError:
+    steady_shell = use_ipc = None
 
-class SteadyExecute(Execute):
-    poll_s = 0.5
+if steady_shell is not None:
 
-    async def async_start_new_kernel_client(self):
-        kc = await super().async_start_new_kernel_client()
-        one_poll = kc.shell_channel.get_msg
+    class SteadyExecute(Execute):
+        def create_kernel_manager(self):
+            return use_ipc(super().create_kernel_manager())
 
-        async def get_msg(timeout=None):
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                left = self.poll_s if deadline is None else max(0.0, deadline - time.monotonic())
-                try:
-                    return await one_poll(timeout=min(self.poll_s, left))
-                except Empty:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise
+        async def async_start_new_kernel_client(self):
+            return steady_shell(await super().async_start_new_kernel_client())
 
-        kc.shell_channel.get_msg = get_msg
-        return kc
-
-
-c.Autograde.autograde_preprocessors = [
-    SteadyExecute if pp is Execute else pp for pp in Autograde.class_traits()["autograde_preprocessors"].default()
-]
+    c.Autograde.autograde_preprocessors = [
+        SteadyExecute if pp is Execute else pp for pp in Autograde.class_traits()["autograde_preprocessors"].default()
+    ]

@@ -1,0 +1,80 @@
+"""How the course's tools start and talk to kernels: over IPC, and with short polls (one home for both).
+
+* **IPC transport.** A kernel on TCP listens on loopback ports (a race when two start at once, and
+  visible to every user of a shared machine), and ipykernel 7 warns "Kernel is running over TCP without
+  encryption" at every start. Unix sockets in a private temporary folder have neither problem. (Their
+  default place, ``kernel-ipc-N`` files in the current folder, would land in the notebooks' folder.)
+* **Short polls (jupyter/nbclient#312).** With widget cells, a wait for a cell's reply in one long poll
+  sometimes wakes only when the poll times out, although the reply has arrived: a 3-second notebook then
+  takes ten minutes. Polling the shell channel in steps of ``POLL_S`` seconds, up to the same deadline,
+  picks the reply up at once.
+
+`make notebooks` (execute_notebooks.py), `make bench` (bench.py) and nbgrader's autograde
+(classroom/nbgrader_config.py, through ``steady_shell``) all start their kernels with this module.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from queue import Empty
+
+POLL_S = 0.5
+
+
+def steady_shell(kernel_client, poll_s: float = POLL_S):
+    """Make ``kernel_client``'s shell channel wait for replies in steps of ``poll_s`` seconds (nbclient#312)."""
+    channel = kernel_client.shell_channel
+    one_poll = channel.get_msg
+
+    async def get_msg(timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = poll_s if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await one_poll(timeout=min(poll_s, left))
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    channel.get_msg = get_msg
+    return kernel_client
+
+
+_SOCKETS: Path | None = None
+
+
+def ipc_path() -> str:
+    """Where a kernel's Unix sockets go: a private folder of this process, removed when it exits.
+
+    Short on purpose: a Unix socket's path may not exceed about 100 bytes.
+    """
+    global _SOCKETS
+    if _SOCKETS is None:
+        _SOCKETS = Path(tempfile.mkdtemp(prefix="al-k-"))
+        atexit.register(shutil.rmtree, _SOCKETS, ignore_errors=True)
+    return str(_SOCKETS / "k")
+
+
+def use_ipc(kernel_manager):
+    """Set a kernel manager (before it starts its kernel) to talk over Unix sockets in ``ipc_path()``."""
+    kernel_manager.transport = "ipc"
+    kernel_manager.ip = ipc_path()
+    return kernel_manager
+
+
+def notebook_client(nb, **kwargs):
+    """An nbclient ``NotebookClient`` whose kernel talks over IPC and whose shell channel polls steadily."""
+    from nbclient import NotebookClient
+
+    class SteadyNotebookClient(NotebookClient):
+        def create_kernel_manager(self):
+            return use_ipc(super().create_kernel_manager())
+
+        async def async_start_new_kernel_client(self):
+            return steady_shell(await super().async_start_new_kernel_client())
+
+    return SteadyNotebookClient(nb, **kwargs)
