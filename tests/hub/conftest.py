@@ -200,7 +200,7 @@ def hub(chromium):
     for module, hint in (("jupyterhub", "the hub extra"), ("nbgrader", "the classroom extra"), ("psutil", "psutil")):
         if importlib.util.find_spec(module) is None:
             _missing(f"{module} is not installed.", f"Install {hint}: .venv/bin/python -m pip install -e '.[hub]'")
-    if not hubtool.PROXY.exists():
+    if hubtool.proxy() is None:
         _missing("JupyterHub's proxy is not installed.", hubtool.PROXY_HINT)
     root = Path(tempfile.mkdtemp(prefix="autograd-lab-hub-"))
     server = Hub(root)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,8 +39,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 BIN = Path(sys.executable).parent  # the course's environment: the hub and every user's server run from it
-PROXY = HERE / "proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
-PROXY_HINT = "configurable-http-proxy is missing: run `npm ci --prefix tools/hub/proxy` (or `make hub`)"
+LOCAL_PROXY = HERE / "proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
+PROXY_HINT = (
+    "JupyterHub's proxy, configurable-http-proxy, is missing: run `npm ci --prefix tools/hub/proxy` "
+    "(Node.js 20 or newer; or `make hub`)"
+)
 # Jupyter config folders (JUPYTER_CONFIG_PATH) of each role, most specific first.
 CONFIG_DIRS = {
     "instructor": [HERE / "jupyter" / "common"],
@@ -47,6 +51,21 @@ CONFIG_DIRS = {
 }
 COURSE_FOLDER = "course"  # the nbgrader course directory, in the first instructor's home
 MIN_STUDENT_PASSWORD, MIN_INSTRUCTOR_PASSWORD = 8, 32  # SharedPasswordAuthenticator's minimum lengths
+
+
+def proxy() -> Path | None:
+    """configurable-http-proxy: the pinned one in proxy/, else one on PATH (conda-forge's jupyterhub brings it)."""
+    if LOCAL_PROXY.exists():
+        return LOCAL_PROXY
+    found = shutil.which("configurable-http-proxy", path=os.pathsep.join([str(BIN), os.environ.get("PATH", "")]))
+    return Path(found) if found else None
+
+
+def required(name: str) -> str:
+    value = os.environ.get(name, "")
+    if not value:
+        raise SystemExit(f"{name} is not set: start the hub with `tools/hub/hub.py start`, which makes one up")
+    return value
 
 
 def _names(value: str) -> list[str]:
@@ -124,7 +143,7 @@ def _password(env: dict, name: str, length: int) -> str:
 
 def start(argv: list[str]) -> int:
     """Start JupyterHub with jupyterhub_config.py; missing passwords are made up and printed once."""
-    if not PROXY.exists():
+    if proxy() is None:
         raise SystemExit(PROXY_HINT)
     env = dict(os.environ)
     s = settings(env)

@@ -38,9 +38,9 @@ c.JupyterHub.bind_url = f"http://{s.ip}:{s.port}"
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = free_port()
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{free_port()}"
-if not hub.PROXY.exists():
+if hub.proxy() is None:
     raise SystemExit(hub.PROXY_HINT)
-c.ConfigurableHTTPProxy.command = [str(hub.PROXY)]
+c.ConfigurableHTTPProxy.command = [str(hub.proxy())]
 
 # --- state: all of it under one folder
 s.state.mkdir(parents=True, exist_ok=True)
@@ -53,8 +53,8 @@ c.JupyterHub.cleanup_proxy = True
 
 # --- who may log in
 c.JupyterHub.authenticator_class = "shared-password"
-c.SharedPasswordAuthenticator.user_password = os.environ["AUTOGRAD_LAB_STUDENT_PASSWORD"]
-c.SharedPasswordAuthenticator.admin_password = os.environ["AUTOGRAD_LAB_INSTRUCTOR_PASSWORD"]
+c.SharedPasswordAuthenticator.user_password = hub.required("AUTOGRAD_LAB_STUDENT_PASSWORD")
+c.SharedPasswordAuthenticator.admin_password = hub.required("AUTOGRAD_LAB_INSTRUCTOR_PASSWORD")
 c.Authenticator.admin_users = set(s.instructors)
 if s.students:
     c.Authenticator.allowed_users = set(s.students)
