@@ -69,7 +69,8 @@ if os.geteuid() == 0:  # containers and CI often run as root, which a Jupyter se
     c.Spawner.args = ["--allow-root"]
 c.Spawner.start_timeout = 120  # a busy two-core laptop starting several servers at once
 c.Spawner.http_timeout = 120
+# Per user, computed at spawn (an instructor's environment names every variable a student's has, and more).
 c.Spawner.environment = {
     key: (lambda spawner, key=key: hub.user_environment(s, spawner.user.name).get(key, ""))
-    for key in hub.user_environment(s, s.instructors[0]).keys() | hub.user_environment(s, "student").keys()
+    for key in hub.user_environment(s, s.instructors[0])
 }
