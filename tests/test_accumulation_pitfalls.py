@@ -104,7 +104,9 @@ def make_full(*, lam=0.0, clip=False, autocast=None, scaler=None, max_norm=MAX_N
     return update
 
 
-def make_accumulated(*, lam=0.0, lam_every=False, clip=None, scaled=True, autocast=None, scaler=None, max_norm=MAX_NORM):
+def make_accumulated(
+    *, lam=0.0, lam_every=False, clip=None, scaled=True, autocast=None, scaler=None, max_norm=MAX_NORM
+):
     def update(model, opt, x, y, k):
         opt.zero_grad()
         for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
@@ -360,7 +362,9 @@ def test_adam_hides_a_missing_scale_only_without_l2_weight_decay(weight_decay, h
 
 def test_adamw_hides_a_missing_scale_whatever_its_weight_decay():
     for weight_decay in (0.01, 0.1, 1.0):
-        OPTIMIZERS["AdamW, this weight decay"] = lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=weight_decay)
+        OPTIMIZERS["AdamW, this weight decay"] = lambda p, wd=weight_decay: torch.optim.AdamW(
+            p, lr=0.01, weight_decay=wd
+        )
         try:
             diff = measure(plain, "AdamW, this weight decay", make_full(), make_accumulated(scaled=False))[1]
         finally:

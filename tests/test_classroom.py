@@ -22,11 +22,9 @@ notebook without outputs, which nbval runs anyway.
 
 from __future__ import annotations
 
-import ast
 import html
 import importlib.util
 import json
-import re
 import shutil
 import symtable
 import sys
@@ -184,7 +182,8 @@ def graded(course, request):
     selected = {
         item.callspec.params["aid"]
         for item in request.session.items
-        if "graded" in getattr(item, "fixturenames", ()) and "aid" in getattr(getattr(item, "callspec", None), "params", {})
+        if "graded" in getattr(item, "fixturenames", ())
+        and "aid" in getattr(getattr(item, "callspec", None), "params", {})
     }
     graded_ids = [aid for aid in IDS if aid in selected and course["exercises"][aid]]
     states = {}
@@ -357,7 +356,10 @@ def test_annotate_is_idempotent_and_the_source_is_derived(tmp_path):
     [
         (lambda nb, d: nb.cells.pop(9), "must be followed by its reveal cell"),
         (lambda nb, d: (d / "solutions" / "01_one.py").unlink(), "which does not exist"),
-        (lambda nb, d: (d / "solutions" / "01_one.py").write_text("answer = 3\nex.check_one(answer)\n"), "must end with"),
+        (
+            lambda nb, d: (d / "solutions" / "01_one.py").write_text("answer = 3\nex.check_one(answer)\n"),
+            "must end with",
+        ),
         (lambda nb, d: setattr(nb.cells[9], "source", "%load solutions/01_one.py"), "must read exactly"),
         (lambda nb, d: nb.cells[9].metadata.update(nbgrader={"solution": True}), "belong in the derived source"),
         (lambda nb, d: setattr(nb.cells[7], "source", "### BEGIN SOLUTION"), "reword it"),
@@ -544,7 +546,8 @@ def test_handout_page(handout_dir, path):
             ids = _parse(target).ids  # a browser looks the fragment up as written, then percent-decoded
             assert url.fragment in ids or unquote(url.fragment) in ids, f"{page_path.name}: anchor {href!r} not found"
     for ref in page.sources:  # self-contained: nothing to fetch (MathJax only for a formula mathtext cannot draw)
-        assert not ref.startswith(("http:", "https:", "//")) or "mathjax" in ref.lower(), f"{page_path.name} loads {ref}"
+        remote = ref.startswith(("http:", "https:", "//"))
+        assert not remote or "mathjax" in ref.lower(), f"{page_path.name} loads {ref}"
     # No error output: nbconvert renders errors (and stderr) with this mime type.
     assert 'data-mime-type="application/vnd.jupyter.stderr"' not in text, f"{page_path.name} shows an error"
     assert "Traceback (most recent call last)" not in text

@@ -93,7 +93,9 @@ def test_no_stale_widget_state_no_errors_no_addresses_no_paths(path):
             continue
         for out in cell.get("outputs", []):
             if out["output_type"] == "error":
-                assert "raises-exception" in tags(cell), f"{path.name} cell {i}: error output, not tagged raises-exception"
+                assert "raises-exception" in tags(cell), (
+                    f"{path.name} cell {i}: error output, not tagged raises-exception"
+                )
             text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
             text += "".join(out.get("traceback", []))
             if IGNORE_TAG not in tags(cell):

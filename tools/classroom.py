@@ -68,7 +68,8 @@ TEST_SOURCE = (
 REVEAL_TAG = "solution-reveal"
 CHECK_TAG = "check"  # a cell that only holds checks for CI: collapsed, skipped in slides
 REVEAL_SOURCE = (  # one line of instructions, short enough for a projector, then the line to uncomment
-    '# Worked solution: after trying, delete the "# " before %load and run: the cell fills with it. Run again to check.\n'
+    '# Worked solution: after trying, delete the "# " before %load and run: the cell fills with it. '
+    'Run again to check.\n'
     "# %load {path}"
 )
 LOAD_LINE = re.compile(r"^#\s*%load\s+(\S+\.py)\s*$", re.M)
@@ -206,7 +207,8 @@ def structure_problems(nb, root: Path, where: str = "notebook") -> list[str]:
 
 
 def _solution_meta(grade_id: str) -> dict:
-    return {"grade": False, "grade_id": grade_id, "locked": False, "schema_version": SCHEMA, "solution": True, "task": False}
+    return {"grade": False, "grade_id": grade_id, "locked": False, "schema_version": SCHEMA, "solution": True,
+            "task": False}
 
 
 def _test_meta(grade_id: str, points) -> dict:
@@ -416,8 +418,8 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 LINK = re.compile(r"\]\(((?:\.\./notebooks/|\./)?)(\d\d_[\w-]+)\.ipynb(#[^)\s]*)?\)")
 HANDOUT_CSS = """
 <style>
-.al-widget-note, .al-expected-error {border-left: 4px solid #1f77b4; background: #eef5fb; padding: 6px 10px; margin: 4px 0;
-  font-family: var(--jp-ui-font-family, sans-serif); font-size: 14px}
+.al-widget-note, .al-expected-error {border-left: 4px solid #1f77b4; background: #eef5fb; padding: 6px 10px;
+  margin: 4px 0; font-family: var(--jp-ui-font-family, sans-serif); font-size: 14px}
 .al-expected-error {border-color: #a05a00; background: #fff4e5}
 .al-expected-error pre {margin: 4px 0 0 0; white-space: pre-wrap}
 .al-hidden-source > summary {cursor: pointer; color: #1f77b4; padding: 4px 0 4px 8px;
@@ -455,13 +457,15 @@ def math_svg(tex: str, display: bool = False) -> str | None:
     rcParams["svg.hashsalt"] = "autograd-lab"  # the same page every time
     buf = io.BytesIO()
     try:
-        depth = math_to_image(f"${tex.strip()}$", buf, prop=FontProperties(size=13 if display else 11), dpi=72, format="svg")
+        size = FontProperties(size=13 if display else 11)
+        depth = math_to_image(f"${tex.strip()}$", buf, prop=size, dpi=72, format="svg")
     except Exception:  # mathtext knows a subset of LaTeX: leave the formula to MathJax
         return None
     svg = re.sub(r"<metadata>.*?</metadata>", "", buf.getvalue().decode(), flags=re.S)
     data = base64.b64encode(svg.encode()).decode()
     style = "display:block;margin:0.5em auto" if display else f"vertical-align:-{depth:.1f}pt"
-    return f'<img class="al-math" alt="{html.escape(tex.strip())}" style="{style}" src="data:image/svg+xml;base64,{data}">'
+    alt = html.escape(tex.strip())
+    return f'<img class="al-math" alt="{alt}" style="{style}" src="data:image/svg+xml;base64,{data}">'
 
 
 def render_math(markdown: str) -> tuple[str, bool]:

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import nbformat
-
 from kernels import notebook_client
 
 
@@ -18,7 +17,8 @@ def merge_streams(outputs):
     """One print may arrive as several stream messages: store consecutive pieces of one stream as one output."""
     merged = []
     for out in outputs:
-        if merged and out.output_type == "stream" and merged[-1].output_type == "stream" and merged[-1].name == out.name:
+        last = merged[-1] if merged else None
+        if last is not None and out.output_type == "stream" and last.output_type == "stream" and last.name == out.name:
             merged[-1].text += out.text
         else:
             merged.append(out)

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     for version in opts.versions:
         python = find_python(version)
         if python is None:
-            results[version] = "ABSENT: no python%s on PATH or in pyenv; not tested" % version
+            results[version] = f"ABSENT: no python{version} on PATH or in pyenv; not tested"
             ok = ok and not opts.require
             continue
         passed, summary = run_one(version, python, opts.jobs)

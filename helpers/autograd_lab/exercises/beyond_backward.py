@@ -16,6 +16,7 @@ import torch
 
 from . import (
     Feedback,
+    as_names,
     as_number,
     close,
     correct,
@@ -26,7 +27,6 @@ from . import (
     unanswered,
     wrong,
 )
-from .leaf_tensors import as_names
 
 __all__ = [
     "FREEZE_SNIPPET",
