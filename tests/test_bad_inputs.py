@@ -12,10 +12,11 @@ import os
 import stat
 import time
 
-import autograd_lab as lab
 import psutil
 import pytest
 import torch
+
+import autograd_lab as lab
 from autograd_lab import distributed as dl
 from autograd_lab import env
 from autograd_lab.measure import held_bytes

@@ -9,7 +9,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 from torch.utils.data import DistributedSampler

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from autograd_lab import distributed as dl
 from autograd_lab.exercises import accumulation_across_processes as ex
 

@@ -4,9 +4,10 @@ No timings here (speed belongs to the benchmark): node counts, bytes saved for
 backward, and heap bytes held, each on a graph small enough to count on paper.
 """
 
-import autograd_lab as lab
 import pytest
 import torch
+
+import autograd_lab as lab
 from autograd_lab import measure
 from autograd_lab.measure import heap_bytes, held_bytes
 

@@ -2,6 +2,7 @@
 
 import ipywidgets as W
 import pytest
+
 from autograd_lab import live
 from autograd_lab.widgets import control_for
 

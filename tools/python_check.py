@@ -13,8 +13,8 @@ if sys.version_info < OLDEST:
         "3.10+ interpreter), or install one from python.org." % (OLDEST + (sys.executable, sys.version.split()[0]))
     )
 try:
-    import venv  # noqa: F401  (Debian and Ubuntu ship it separately)
     import ensurepip  # noqa: F401
+    import venv  # noqa: F401  (Debian and Ubuntu ship it separately)
 except ImportError:
     sys.exit(
         "Python %s has no `venv`/`ensurepip` module. On Debian/Ubuntu: sudo apt-get install python3-venv"
