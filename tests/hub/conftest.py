@@ -267,5 +267,5 @@ def pytest_terminal_summary(terminalreporter):
         return
     terminalreporter.section("class on JupyterHub: seconds per phase")
     for phase, seconds in TIMINGS.items():
-        terminalreporter.write_line(f"{phase:<48} {seconds:6.1f}")
-    terminalreporter.write_line(f"{'all together':<48} {sum(TIMINGS.values()):6.1f}")
+        terminalreporter.write_line(f"{phase:<60} {seconds:6.1f}")
+    terminalreporter.write_line(f"{'all together':<60} {sum(TIMINGS.values()):6.1f}")

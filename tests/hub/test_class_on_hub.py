@@ -3,9 +3,10 @@
 The hub of tools/hub starts (its local spawner, its shared-password log-in). The instructor prepares
 notebook 01 with the classroom kit (``tools/classroom.py student``: the nbgrader source derived from the
 notebook and its solution files, then generate_assignment), logs in and releases it with the formgrader's
-Release button. Two students log in through the hub's login page, each in a browser of their own; each
-fetches the assignment in JupyterLab's Assignment List (nbgrader's extension), opens it from there, types
-answers into the answer cells, saves and submits with the list's Submit button. Alice answers every
+Release button. Two students log in through the hub's login page, each in a browser of their own (all
+three log in first, so that their servers start while the kit works); each fetches the assignment in
+JupyterLab's Assignment List (nbgrader's extension), opens it from there, types answers into the answer
+cells, saves and submits with the list's Submit button. Alice answers every
 exercise right; Bob answers the first one wrong (the requires_grad tensors taken for the leaves) and the
 others right. The instructor collects with the formgrader's Collect button, autogrades and generates the
 feedback with the kit (``tools/classroom.py nbgrader``), releases the feedback with the formgrader's
@@ -207,22 +208,23 @@ def test_a_class_releases_answers_submits_and_gets_grades_and_feedback(hub, chro
     s = hub.settings
     teacher_name, students = hub.instructor, hub.students
     kit = ["tools/classroom.py"]
+    # Everyone logs in first: the three servers start while the instructor's kit works.
+    teacher = log_in(chromium, hub, teacher_name)
+    pages = {name: log_in(chromium, hub, name) for name in students}
     handout = str(hub.root / "handout")  # the kit's flat copy of the release; the class gets it from the exchange
     hub.run_as(teacher_name, *kit, "student", "--course", str(s.course), "--out", handout, str(NOTEBOOK))
-    phase("instructor prepares the assignment (kit)")
+    phase("all log in; the instructor prepares the assignment (kit)")
 
-    teacher = log_in(chromium, hub, teacher_name)
     teacher.wait_for_selector(LAB)
     formgrader_action(teacher, hub, "release", f"Successfully released '{ASSIGNMENT}'")
-    phase("instructor logs in, releases (formgrader)")
+    phase("instructor releases (formgrader)")
 
-    pages = {name: log_in(chromium, hub, name) for name in students}  # both servers start at once
     for name, page in pages.items():
         fetch_and_open(page)
         formgrader = page.request.get(f"{hub.url}/user/{name}/formgrader/manage_assignments")
         assert formgrader.status == 404, f"{name} reaches the formgrader ({formgrader.status})"
     hub.note_processes()
-    phase("two students log in, fetch, open")
+    phase("students fetch and open it (Assignment List)")
 
     typed = {}
     for name, page in pages.items():
