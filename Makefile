@@ -22,7 +22,7 @@ LEARNER := $(VENV)/.installed-learner
 TESTER  := $(VENV)/.installed-test
 PIP     := $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
 
-.PHONY: chromium lab test test-fast test-browser test-pythons notebooks setup setup-test graphviz bench lock clean help \
+.PHONY: chromium hub test-hub lab test test-fast test-browser test-pythons notebooks setup setup-test graphviz bench lock clean help \
         student handouts python-check
 
 help:
@@ -31,6 +31,8 @@ help:
 	@echo "make notebooks     re-execute every notebook in a fresh kernel and save it"
 	@echo "make bench         measure notebook cost, widget latency and the course's figures at scale"
 	@echo "make test-pythons  the non-browser suite on every other supported Python found here (3.10, 3.12, 3.13)"
+	@echo "make hub           a class on JupyterHub on this machine (loopback; tools/hub/README.md)"
+	@echo "make test-hub      the whole nbgrader assignment flow on JupyterHub, two students in headless Chromium"
 
 # One clear line instead of a resolver error on a Python the course does not support.
 python-check:
@@ -51,6 +53,13 @@ $(TESTER): $(LEARNER)
 	$(PIP) -e ".[test,classroom]"
 	@$(PY) -c "import nbgrader" 2>/dev/null || \
 	  echo "NOTE: nbgrader needs Python 3.11+; on $$($(PY) -V) the classroom tests are skipped (the course itself runs)."
+	@touch $@
+
+# The class on JupyterHub: its own extra and the proxy from npm, never part of a learner's install.
+HUB_INSTALLED := $(VENV)/.installed-hub
+$(HUB_INSTALLED): $(TESTER) tools/hub/proxy/package-lock.json
+	$(PIP) -e ".[test,classroom,hub]"
+	npm ci --prefix tools/hub/proxy --no-fund --no-audit
 	@touch $@
 
 setup: $(LEARNER) graphviz
@@ -80,6 +89,14 @@ test-browser: setup-test chromium
 
 notebooks: setup-test
 	$(PY) tools/execute_notebooks.py $(or $(NB),notebooks/*.ipynb)
+
+hub: $(HUB_INSTALLED) graphviz
+	$(NEEDS_NBGRADER)
+	$(PY) tools/hub/hub.py start
+
+test-hub: $(HUB_INSTALLED) graphviz chromium
+	$(NEEDS_NBGRADER)
+	$(PY) -m pytest -m hub -n 0 tests/hub
 
 bench: setup-test
 	$(PY) tools/bench.py
