@@ -46,7 +46,7 @@ $(LEARNER): pyproject.toml $(CONSTRAINTS) | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || \
 	  $(PIP) torch $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) --retries 1
 	$(PIP) -e .
-	@$(PY) tools/lab_settings.py $(VENV)
+	@$(PY) -m tools lab-settings $(VENV)
 	@touch $@
 
 $(TESTER): $(LEARNER)
@@ -66,7 +66,7 @@ setup: $(LEARNER) graphviz
 setup-test: $(TESTER) graphviz
 
 graphviz: $(LEARNER)
-	@$(PY) tools/ensure_graphviz.py
+	@$(PY) -m tools graphviz
 
 # JupyterLab refuses to run as root unless told; containers and CI often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
@@ -75,7 +75,7 @@ lab: setup
 	$(BIN)/jupyter lab --port $(PORT) $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_start_here.ipynb
 
 chromium:
-	@$(PY) tools/ensure_chromium.py
+	@$(PY) -m tools chromium
 
 test: setup-test chromium
 	$(PY) -m pytest -m "not browser" -n $(JOBS) --dist loadscope tests notebooks
@@ -88,7 +88,7 @@ test-browser: setup-test chromium
 	$(PY) -m pytest -m browser tests
 
 notebooks: setup-test
-	$(PY) tools/execute_notebooks.py $(or $(NB),notebooks/*.ipynb)
+	$(PY) -m tools notebooks $(or $(NB),notebooks/*.ipynb)
 
 hub: $(HUB_INSTALLED) graphviz
 	$(NEEDS_NBGRADER)
@@ -99,29 +99,29 @@ test-hub: $(HUB_INSTALLED) graphviz chromium
 	$(PY) -m pytest -m hub -n 0 tests/hub
 
 bench: setup-test
-	$(PY) tools/bench.py
+	$(PY) -m tools bench
 
-# The classroom kit (tools/classroom.py; README > Teaching with this course). Build outputs only, in build/.
+# The classroom kit (tools/classroom/; README > Teaching with this course). Build outputs only, in build/.
 NEEDS_NBGRADER = @$(PY) -c "import nbgrader" 2>/dev/null || { echo "make $@: the classroom kit needs nbgrader, \
   which needs Python 3.11 or newer (this is $$($(PY) -V)). Use e.g. make $@ PYTHON=python3.11 VENV=.venv-3.11"; exit 1; }
 
 student: setup-test
 	$(NEEDS_NBGRADER)
-	$(PY) tools/classroom.py student $(or $(NB),notebooks/[0-9][0-9]_*.ipynb)
+	$(PY) -m tools classroom student $(or $(NB),notebooks/[0-9][0-9]_*.ipynb)
 
 handouts: setup-test
 	$(NEEDS_NBGRADER)
-	$(PY) tools/classroom.py handouts $(or $(NB),notebooks/[0-9][0-9]_*.ipynb)
+	$(PY) -m tools classroom handouts $(or $(NB),notebooks/[0-9][0-9]_*.ipynb)
 
 lock: $(LEARNER)
 	@$(PY) -m uv --version >/dev/null 2>&1 || $(PY) -m pip install --disable-pip-version-check -q uv
-	$(PY) tools/lock.py > constraints.txt.new && mv constraints.txt.new constraints.txt
+	$(PY) -m tools lock > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 # The non-browser suite on each other supported Python found on this machine, each in its own venv
 # (.venv-3.X). PYTHONS names them; TORCH_INDEX_<version> overrides where that Python's torch comes from.
 PYTHONS ?= 3.10 3.12 3.13
 test-pythons:
-	@$(PYTHON) tools/other_pythons.py $(PYTHONS)
+	@$(PYTHON) -m tools pythons $(PYTHONS)
 
 clean:
 	rm -rf $(VENV) .venv-3.* build bench-results test-artifacts .pytest_cache

@@ -1,4 +1,4 @@
-"""The classroom kit (tools/classroom.py): nbgrader round trip, student release, slides, handouts.
+"""The classroom kit (tools/classroom): nbgrader round trip, student release, slides, handouts.
 
 For every notebook, with one nbgrader course built per test session (in a temporary directory):
 
@@ -23,11 +23,9 @@ notebook without outputs, which nbval runs anyway.
 from __future__ import annotations
 
 import html
-import importlib.util
 import json
 import shutil
 import symtable
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
@@ -40,10 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 IDS = [p.stem for p in NOTEBOOKS]
 
-spec = importlib.util.spec_from_file_location("classroom_tool", REPO / "tools" / "classroom.py")
-classroom = importlib.util.module_from_spec(spec)
-sys.modules["classroom_tool"] = classroom
-spec.loader.exec_module(classroom)
+from tools import classroom  # noqa: E402 (the repository root is on sys.path: conftest.py)
 
 pytest.importorskip("nbgrader", reason="the classroom extra is not installed: pip install -e '.[classroom]'")
 
@@ -256,7 +251,7 @@ def shown_feedback(cell) -> str:
 def test_committed_notebook_is_annotated_and_laid_out(path):
     problems = classroom.annotate_file(path, check=True)
     assert not problems, (
-        "\n".join(problems) + f"\n(annotate: `.venv/bin/python tools/classroom.py annotate {path.relative_to(REPO)}`"
+        "\n".join(problems) + f"\n(annotate: `.venv/bin/python -m tools classroom annotate {path.relative_to(REPO)}`"
         f" then `make notebooks NB=...`)"
     )
 

@@ -5,7 +5,7 @@ nothing in the learner's view that only the tests need.
   ``raises-exception``, ``nbval-skip``); no nbgrader metadata (the classroom kit derives it);
 - no stored output shows an exercise's "Correct" feedback: the solutions are one deliberate step away;
 - every exercise is an answer cell followed by its reveal cell, which loads a solution file in
-  ``notebooks/solutions/`` ending with the same check call (tools/classroom.py reads that layout), and
+  ``notebooks/solutions/`` ending with the same check call (tools/classroom reads that layout), and
   every solution file belongs to an exercise;
 - a cell that only asserts is tagged ``check`` and collapsed; no visible cell is assert-only; a ``check``
   cell shows nothing;
@@ -13,10 +13,8 @@ nothing in the learner's view that only the tests need.
 """
 
 import ast
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import nbformat
@@ -31,11 +29,7 @@ NBVAL_COMMENT = re.compile(r"^\s*#\s*(NBVAL_|PYTEST_VALIDATE_)", re.M)
 IGNORE_TAG = "nbval-ignore-output"
 SETUP_CELLS = ("setup", "imports")
 
-_spec = importlib.util.spec_from_file_location("classroom_tool", REPO / "tools" / "classroom.py")
-classroom = sys.modules.get("classroom_tool") or importlib.util.module_from_spec(_spec)
-if "classroom_tool" not in sys.modules:
-    sys.modules["classroom_tool"] = classroom
-    _spec.loader.exec_module(classroom)
+from tools import classroom  # noqa: E402 (the repository root is on sys.path: conftest.py)
 
 
 def cells(path):

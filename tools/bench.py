@@ -78,7 +78,8 @@ print("BENCH" + _j.dumps(_times))
 def run_notebook(path: Path, widget_repeats: int = 0):
     """Execute a notebook in a fresh kernel; optionally time its widgets' callbacks in the same kernel."""
     import nbformat
-    from kernels import notebook_client
+
+    from tools.kernels import notebook_client
 
     nb = nbformat.read(path, as_version=4)
     client = notebook_client(nb, timeout=600, kernel_name="python3",

@@ -51,7 +51,7 @@ def hint() -> str:
     return HINTS["fedora"] if shutil.which("dnf") else HINTS["debian"]
 
 
-def main() -> int:
+def main(argv=None) -> int:
     binary = chromium()
     if works(binary):
         return 0

@@ -19,7 +19,7 @@ def _apt_install() -> bool:
             and subprocess.run(install, env=env).returncode == 0)
 
 
-def main() -> int:
+def main(argv=None) -> int:
     found, problem = graphviz_check()
     if found:
         return 0

@@ -2,7 +2,7 @@
 
 Stored outputs then always come from the current code. Stale widget state is
 stripped from the notebook metadata (it would describe widgets of a kernel that
-no longer exists). Usage: python tools/execute_notebooks.py notebooks/*.ipynb
+no longer exists). Usage: python -m tools notebooks notebooks/*.ipynb
 """
 
 import sys
@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import nbformat
-from kernels import notebook_client
+
+from tools.kernels import notebook_client
 
 
 def merge_streams(outputs):
@@ -50,16 +51,18 @@ def execute(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def main(paths):
+def main(paths=None) -> int:
+    paths = sys.argv[1:] if paths is None else paths
     if not paths:
-        sys.exit("usage: execute_notebooks.py NOTEBOOK.ipynb [...]")
+        sys.exit("usage: python -m tools notebooks NOTEBOOK.ipynb [...]")
     for name in paths:
         path = Path(name)
         if not path.exists():
             sys.exit(f"{path}: no such notebook")
         seconds = execute(path)
         print(f"{path}: executed in {seconds:.1f} s", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main())

@@ -4,7 +4,7 @@ JupyterLab reads ``<prefix>/share/jupyter/lab/settings/overrides.json`` as the d
 named there; a user can still change them. The course turns off the "get notified about official Jupyter
 news?" pop-up, which would greet every learner and a whole classroom on their first `make lab`.
 
-    python tools/lab_settings.py .venv
+    python -m tools lab-settings .venv
 """
 
 from __future__ import annotations
@@ -28,7 +28,13 @@ def install(prefix: Path) -> Path:
     return path
 
 
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        sys.exit("usage: python -m tools lab-settings VENV_DIRECTORY")
+    install(Path(argv[0]))
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python tools/lab_settings.py VENV_DIRECTORY")
-    install(Path(sys.argv[1]))
+    sys.exit(main())

@@ -45,7 +45,7 @@ def compile_lock(torch_version: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def main(argv=None) -> int:
     torch_version = current_torch()
     sys.stdout.write(HEADER.format(torch=torch_version) + compile_lock(torch_version))
     return 0

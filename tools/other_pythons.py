@@ -1,6 +1,6 @@
 """Run the non-browser suite on other supported Pythons (run by `make test-pythons`).
 
-    python tools/other_pythons.py 3.10 3.12 3.13
+    python -m tools pythons 3.10 3.12 3.13
 
 For each version it looks for an interpreter (``python3.X`` on PATH, else pyenv's), sets up its own
 virtual environment ``.venv-3.X`` with the Makefile's set-up (the same lock, torch from TORCH_INDEX) and runs

@@ -1,7 +1,7 @@
 """The environment check shown in 00_start_here: is this laptop ready for the course?
 
 Also the one home of the Graphviz install hint, which the graph drawing, the
-readiness check and ``tools/ensure_graphviz.py`` all show.
+readiness check and ``python -m tools graphviz`` all show.
 """
 
 from __future__ import annotations

@@ -287,8 +287,12 @@
       if (!c) return false;
       if (c.kind === "button") return true;
       if (c.kind === "checkbox" || c.kind === "toggle") return c.value === !!expected;
-      if (c.kind === "slider" && typeof expected === "number" && c.number !== null) {
-        return Math.abs(c.number - expected) <= 1e-6 * Math.max(1, Math.abs(expected));
+      if (c.kind === "slider" && typeof expected === "number") {
+        // The readout, when there is one, shows the value as the slider formats it; the handle's
+        // aria-valuenow is rounded (to one decimal for a float slider), so it is the fallback.
+        const shown = c.value !== null && c.value !== "" ? Number(c.value) : NaN;
+        const number = Number.isFinite(shown) ? shown : c.number;
+        if (number !== null) return Math.abs(number - expected) <= 1e-6 * Math.max(1, Math.abs(expected));
       }
       return norm(c.value) === norm(expected);
     },

@@ -131,12 +131,16 @@ def operate(lab, cell_id: str, control: dict, value):
         box.press("Enter")
     else:
         raise AssertionError(f"control {control['name']!r} in cell {cell_id!r}: no way to operate a {kind!r} control")
-    lab.wait(
-        "([c, i, v]) => window.alTest.controlShows(c, i, v)",
-        [cell_id, control["index"], value],
-        timeout_s=WIDGET_TIMEOUT,
-        what=f"control {control['name']!r} in cell {cell_id!r} to show {value!r}",
-    )
+    try:
+        lab.wait(
+            "([c, i, v]) => window.alTest.controlShows(c, i, v)",
+            [cell_id, control["index"], value],
+            timeout_s=WIDGET_TIMEOUT,
+            what=f"control {control['name']!r} in cell {cell_id!r} to show {value!r}",
+        )
+    except AssertionError as err:
+        now = lab.js("([c, i]) => window.alTest.controls(c)[i]", [cell_id, control["index"]])
+        raise AssertionError(f"{err}; the control shows {now}") from None
     lab.operated[kind] = lab.operated.get(kind, 0) + 1
 
 

@@ -1,6 +1,6 @@
 """The classroom kit in a real browser: a notebook as jupyterlab-rise slides, and maths in JupyterLab.
 
-- A notebook, annotated by tools/classroom.py (annotating the committed, annotated notebook changes
+- A notebook, annotated by tools/classroom (annotating the committed, annotated notebook changes
   nothing, which tests/test_classroom.py checks), opens as a RISE deck with one horizontal slide per
   slide cell, shows the first one, and "next" (space) moves to the second.
 - With the classroom extra installed (nbgrader brings jupyterlab-mathjax3 4.3.0, which
@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import nbformat
@@ -29,11 +28,7 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 MATH = re.compile(r"\$[^$\n]+\$")
 TIMEOUT_S = 90
 
-_spec = importlib.util.spec_from_file_location("classroom_tool", REPO / "tools" / "classroom.py")
-classroom = sys.modules.get("classroom_tool") or importlib.util.module_from_spec(_spec)
-if "classroom_tool" not in sys.modules:
-    sys.modules["classroom_tool"] = classroom
-    _spec.loader.exec_module(classroom)
+from tools import classroom  # noqa: E402 (the repository root is on sys.path: conftest.py)
 
 
 def annotated_copy(server, path: Path) -> tuple[str, nbformat.NotebookNode]:

@@ -1,7 +1,7 @@
 """The student release opens and runs in JupyterLab, failing only where the student has work to do.
 
 The release of the first notebook with exercises (made by ``nbgrader generate_assignment`` through
-tools/classroom.py) is opened in JupyterLab and run with *Restart Kernel and Run All Cells*, as a
+tools/classroom) is opened in JupyterLab and run with *Restart Kernel and Run All Cells*, as a
 student would. Every cell before the first exercise's autograder cell runs without error; that cell
 fails with the check's own instruction ("Your turn: replace the ... with ..."), and Run All stops
 there, as it does at any failing cell. (tests/test_classroom.py runs every release to the end with nbgrader.)
@@ -15,9 +15,7 @@ and leaves the answer cell above as it was. Run again, the solution's own check 
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import nbformat
@@ -29,11 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 RUN_TIMEOUT = float(os.environ.get("AUTOGRAD_LAB_RUN_TIMEOUT", 300))
 
-_spec = importlib.util.spec_from_file_location("classroom_tool", REPO / "tools" / "classroom.py")
-classroom = sys.modules.get("classroom_tool") or importlib.util.module_from_spec(_spec)
-if "classroom_tool" not in sys.modules:
-    sys.modules["classroom_tool"] = classroom
-    _spec.loader.exec_module(classroom)
+from tools import classroom  # noqa: E402 (the repository root is on sys.path: conftest.py)
 
 
 def first_exercise():

@@ -1,7 +1,7 @@
 """A class on JupyterHub, end to end, on this machine (loopback only), in real browsers.
 
 The hub of tools/hub starts (its local spawner, its shared-password log-in). The instructor prepares
-notebook 01 with the classroom kit (``tools/classroom.py student``: the nbgrader source derived from the
+notebook 01 with the classroom kit (``python -m tools classroom student``: the nbgrader source derived from the
 notebook and its solution files, then generate_assignment), logs in and releases it with the formgrader's
 Release button. Two students log in through the hub's login page, each in a browser of their own (all
 three log in first, so that their servers start while the kit works); each fetches the assignment in
@@ -9,7 +9,7 @@ JupyterLab's Assignment List (nbgrader's extension), opens it from there, types 
 cells, saves and submits with the list's Submit button. Alice answers every
 exercise right; Bob answers the first one wrong (the requires_grad tensors taken for the leaves) and the
 others right. The instructor collects with the formgrader's Collect button, autogrades and generates the
-feedback with the kit (``tools/classroom.py nbgrader``), releases the feedback with the formgrader's
+feedback with the kit (``python -m tools classroom nbgrader``), releases the feedback with the formgrader's
 button, and each student fetches it in the Assignment List.
 
 Checked: each student's saved notebook holds what they typed; the gradebook scores each autograder cell
@@ -25,7 +25,6 @@ import html
 import importlib
 import importlib.util
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -35,11 +34,7 @@ import pytest
 pytestmark = [pytest.mark.hub, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("classroom_tool", REPO / "tools" / "classroom.py")
-classroom = sys.modules.get("classroom_tool") or importlib.util.module_from_spec(_spec)
-if "classroom_tool" not in sys.modules:
-    sys.modules["classroom_tool"] = classroom
-    _spec.loader.exec_module(classroom)
+from tools import classroom  # noqa: E402 (the repository root is on sys.path: conftest.py)
 
 NOTEBOOK = REPO / "notebooks" / "01_leaf_tensors.ipynb"
 ASSIGNMENT = NOTEBOOK.stem
@@ -207,7 +202,7 @@ def expected_hint(cell_id: str) -> str:
 def test_a_class_releases_answers_submits_and_gets_grades_and_feedback(hub, chromium, phase):
     s = hub.settings
     teacher_name, students = hub.instructor, hub.students
-    kit = ["tools/classroom.py"]
+    kit = ["-m", "tools", "classroom"]  # run from the repository (cwd=REPO)
     # Everyone logs in first: the three servers start while the instructor's kit works.
     teacher = log_in(chromium, hub, teacher_name)
     pages = {name: log_in(chromium, hub, name) for name in students}

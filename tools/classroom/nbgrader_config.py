@@ -1,6 +1,6 @@
 """nbgrader settings for Autograd Lab.
 
-`tools/classroom.py student` (make student) writes the nbgrader course directory, build/nbgrader/, whose
+`tools/classroom student` (make student) writes the nbgrader course directory, build/nbgrader/, whose
 nbgrader_config.py loads this file (run nbgrader from that directory). To run the course in a course
 directory of your own, copy this file there as nbgrader_config.py.
 """
@@ -35,9 +35,9 @@ from pathlib import Path  # noqa: E402
 from nbgrader.converters.autograde import Autograde  # noqa: E402
 from nbgrader.preprocessors import Execute  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: the tools package
 try:
-    from kernels import steady_shell, use_ipc
+    from tools.kernels import steady_shell, use_ipc
 except ImportError:
     steady_shell = use_ipc = None
 

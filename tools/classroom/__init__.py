@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """The classroom kit: nbgrader assignments, RISE slides and HTML handouts from the course notebooks.
 
-Run from the repository root with the course's Python (``.venv/bin/python tools/classroom.py ...``):
+Run from the repository root with the course's Python (``.venv/bin/python -m tools classroom ...``):
 
     annotate NOTEBOOK...          add the RISE slide metadata to the notebooks, in place (idempotent)
     annotate --check NOTEBOOK...  change nothing; exit 1 and name every notebook that is not annotated or
@@ -55,8 +54,8 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parents[1]
-KIT = REPO / "tools" / "classroom"
+KIT = Path(__file__).resolve().parent  # this package: the code, nbgrader_config.py and the handout template
+REPO = KIT.parents[1]
 BUILD = REPO / "build"
 
 BEGIN, END = "BEGIN SOLUTION", "END SOLUTION"  # nbgrader's delimiters (ClearSolutions matches them anywhere in a line)
@@ -159,7 +158,7 @@ def exercise_of(answer, reveal, root: Path, where: str = "") -> Exercise:
     if load is None or _src(reveal).strip() != reveal_source(load.group(1)):
         raise ClassroomError(
             f"{where}: its reveal cell must read exactly {reveal_source('solutions/NN_x.py')!r} "
-            "(tools/classroom.py annotate rewrites a reveal cell with a %load line into that form)"
+            "(tools/classroom annotate rewrites a reveal cell with a %load line into that form)"
         )
     path = root / load.group(1)
     if not path.is_file():
@@ -311,7 +310,7 @@ def annotate_file(path: Path, check: bool = False) -> list[str]:
     problems = structure_problems(nb, path.parent, path.name)
     if after.rstrip("\n") != before.rstrip("\n"):
         if check:
-            problems.insert(0, f"{path}: not annotated: run tools/classroom.py annotate {path}")
+            problems.insert(0, f"{path}: not annotated: run tools/classroom annotate {path}")
         else:
             nbformat.validate(nb)
             nbformat.write(nb, path)
@@ -382,7 +381,7 @@ def setup_course(notebooks: list[Path], course: Path) -> list[str]:
     """An nbgrader course directory with one assignment per notebook, its source derived (source_notebook)."""
     course.mkdir(parents=True, exist_ok=True)
     (course / "nbgrader_config.py").write_text(
-        "# The course's nbgrader settings, read from the repository (written by tools/classroom.py).\n"
+        "# The course's nbgrader settings, read from the repository (written by tools/classroom).\n"
         f"load_subconfig({str(KIT / 'nbgrader_config.py')!r})  # noqa: F821 (traitlets provides it)\n"
     )
     ids = []
