@@ -386,6 +386,7 @@ def _prepare(script: Path, args: tuple, nproc: int, timeout: float, port, env: d
         "TP_SOCKET_IFNAME": lo,
         "OMP_NUM_THREADS": launch.env.get("OMP_NUM_THREADS", "1"),
         "PYTHONUNBUFFERED": "1",
+        "PYTHON_COLORS": "0",  # Python 3.13+ colours tracebacks; a rank's last line is reported as plain text
     })
     return launch
 
