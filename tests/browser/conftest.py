@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +31,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from autograd_lab.distributed import free_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -104,12 +105,6 @@ def _not_course_files(folder: str, names: list[str]) -> set[str]:
     return skip
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class LabServer:
     def __init__(self, root: Path, base: Path):
         self.root = root
@@ -145,7 +140,7 @@ class LabServer:
         env = self._env()
         last_error = "no attempt"
         for _attempt in range(3):  # a port taken between choosing it and binding: try another
-            port = _free_port()
+            port = free_port()
             self.url = f"http://127.0.0.1:{port}"
             log = open(self.log_path, "ab")
             cmd = [

@@ -457,7 +457,8 @@ def math_svg(tex: str, display: bool = False) -> str | None:
     buf = io.BytesIO()
     try:
         size = FontProperties(size=13 if display else 11)
-        depth = math_to_image(f"${tex.strip()}$", buf, prop=size, dpi=72, format="svg")
+        one_line = " ".join(tex.split())  # mathtext reads one line; a display formula is often written on several
+        depth = math_to_image(f"${one_line}$", buf, prop=size, dpi=72, format="svg")
     except Exception:  # mathtext knows a subset of LaTeX: leave the formula to MathJax
         return None
     svg = re.sub(r"<metadata>.*?</metadata>", "", buf.getvalue().decode(), flags=re.S)
