@@ -142,7 +142,9 @@ class AccumulationReport:
 
 def _count_argument(name, value, what):
     """``value`` as an int: Python, numpy and one-element integer torch values pass; bool and float do not."""
-    if isinstance(value, bool) or getattr(value, "dtype", None) in (torch.bool,):
+    dtype = getattr(value, "dtype", None)
+    # numpy's bool_ is a bool too (older numpy releases still let operator.index() read it as 0 or 1)
+    if isinstance(value, bool) or dtype == torch.bool or getattr(dtype, "kind", "") == "b":
         raise TypeError(f"{name} ({what}) must be an int, got a bool.")
     try:
         return operator.index(value)
