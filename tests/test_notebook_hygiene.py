@@ -67,6 +67,18 @@ def test_there_are_notebooks():
     assert NOTEBOOKS and NOTEBOOKS[0].name == "00_start_here.ipynb"
 
 
+def test_the_notebooks_folder_holds_only_notebooks_and_solutions():
+    """A notebook writes its scripts into a temporary folder: a file it left here would ship to every learner."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "notebooks"], cwd=NOTEBOOKS[0].parents[1], capture_output=True,
+                             text=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    strays = [f for f in tracked if not (f.endswith(".ipynb") or f.startswith("notebooks/solutions/"))]
+    assert not strays, f"files in notebooks/ that are neither notebooks nor solutions: {strays}"
+
+
 def test_only_asserts_tells_checks_from_teaching():
     assert only_asserts("# why\nassert a\nfor x in y:\n    assert x")
     assert not only_asserts("assert a\nprint(a)") and not only_asserts("x = 1") and not only_asserts("%xmode Minimal")
