@@ -6,7 +6,7 @@ only holds the instruments the notebooks use to look at them.
 
 from .accumulation import AccumulationReport, check_accumulation
 from .env import choose_device, environment_report
-from .graph import AutogradGraph, GraphTooSlow, GraphvizMissing, chain, draw_graph, graph_nodes
+from .graph import AutogradGraph, GraphTooSlow, GraphvizMissing, chain, draw_graph, graph_nodes, stable_ids
 from .graphmodel import node_name
 from .measure import SavedTensors, count_nodes, time_call
 from .widgets import live
@@ -26,6 +26,7 @@ __all__ = [
     "graph_nodes",
     "live",
     "node_name",
+    "stable_ids",
     "time_call",
 ]
 __version__ = "0.1.0"
