@@ -157,6 +157,7 @@ def test_time_call_returns_a_positive_median():
     timing = lab.time_call(lambda: None, min_run_time=0.01, label="nothing", threads=1)
     assert timing.median > 0 and timing.runs >= 1 and timing.us == timing.median * 1e6
     assert str(timing).startswith("nothing: ")
+    assert 0 < timing.fastest <= timing.median
 
 
 # ---------------------------------------------------------------- heap_bytes, held_bytes
