@@ -288,11 +288,6 @@ def test_timeline_events_must_be_kind_start_end(events, error):
     refused(lambda: dl.draw_update_timeline(events), error, "events_by_rank")
 
 
-def test_an_empty_timeline_still_draws():
-    fig = dl.draw_update_timeline([[], []])
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()][0] == "rank 0 all-reduce"
-
-
 @pytest.mark.parametrize("kwargs, error, names", [
     ({"start": 3}, TypeError, "start"),
     ({"on_done": None}, TypeError, "on_done"),

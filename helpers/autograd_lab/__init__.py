@@ -9,6 +9,7 @@ from .env import choose_device, environment_report
 from .graph import AutogradGraph, GraphTooSlow, GraphvizMissing, chain, draw_graph, graph_nodes, stable_ids
 from .graphmodel import node_name
 from .measure import SavedTensors, count_nodes, time_call
+from .svg import line_chart
 from .widgets import live
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "draw_graph",
     "environment_report",
     "graph_nodes",
+    "line_chart",
     "live",
     "node_name",
     "stable_ids",

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .figures import Picture, new_figure
+from .svg import PALETTE, Drawing
 
 __all__ = ["AccumulationReport", "PassLog", "check_accumulation", "draw_timeline", "record_passes", "timeline_text",
            "SCALES"]
@@ -666,14 +666,12 @@ def record_passes(model: nn.Module):
 
 # --------------------------------------------------------------------------- the timeline
 
-# The drawing, in data units along x (one micro-batch per unit) and y (a box is 1 high).
-_FIGSIZE_INCHES, _DPI = (7, 1.9), 80
-_MARGINS = dict(left=0.02, right=0.74, bottom=0.3, top=0.8)  # the right quarter holds the legend
-_BOX_WIDTH = 0.9  # a gap of 0.1 between neighbouring boxes
-_BOX_CENTRE = _BOX_WIDTH / 2
-_STEP_MARK_Y = 1.2  # the step triangles sit above the boxes
+# The drawing, in pixels. Micro-batches sit side by side in the plot area; the right part holds the legend.
+_WIDTH, _HEIGHT = 700, 168
+_PLOT_LEFT, _PLOT_RIGHT = 12, 540
+_BOX_TOP, _BOX_BOTTOM = 46, 112
+_BOX_WIDTH = 0.9  # of one micro-batch's slot: a gap of a tenth between neighbouring boxes
 _MAX_NUMBERED_UPDATES = 12  # beyond this, the numbers inside the groups would crowd
-_PALETTE_SIZE = 10  # tab10 colours, reused cyclically
 _LEFT_COLOUR = "#b02a37"  # the course's "wrong" red, for micro-batches left in .grad
 
 
@@ -720,54 +718,52 @@ def _tick_step(n):
     return 1 if n <= 15 else 5 if n <= 60 else 10
 
 
-def draw_timeline(groups, n: int, *, title: str | None = None, ax=None):
+def draw_timeline(groups, n: int, *, title: str | None = None) -> Drawing:
     """Draw which micro-batches fed each optimizer step, and which were left in ``.grad``.
 
-    One box per micro-batch, coloured by the update it fed (numbered 1, 2, ... above
-    the group); a triangle marks each ``optimizer.step()``; hatched red boxes were never
-    stepped. Returns a ``Picture`` of the figure (shown once, as the cell's result, drawn in one
-    pass), or, given ``ax``, that Axes' figure. Drawn with a few collection calls, so a widget redraws it quickly.
+    One box per micro-batch, coloured by the update it fed (numbered 1, 2, ... inside the
+    group); a triangle marks each ``optimizer.step()``; hatched red boxes were never
+    stepped. Returns a ``Drawing`` (SVG): a widget redraws it in about a millisecond.
     """
-    from matplotlib import colormaps
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Rectangle
-
     groups, left = _check_groups(groups, n)
-    own = ax is None
-    if own:
-        fig, ax = new_figure(_FIGSIZE_INCHES, _DPI)
-        fig.subplots_adjust(**_MARGINS)
-    else:
-        fig = ax.figure
-    colours = colormaps["tab10"]
-    xs = [i for g in groups for i in g]
-    cs = [colours(u % _PALETTE_SIZE) for u, g in enumerate(groups) for _ in g]
-    if xs:
-        ax.bar(xs, 1, width=_BOX_WIDTH, align="edge", color=cs, alpha=0.85)
-    ends = [max(g) for g in groups if g]
-    ax.plot([e + _BOX_CENTRE for e in ends], [_STEP_MARK_Y] * len(ends), "v", color="black", markersize=7)
-    if len(groups) <= _MAX_NUMBERED_UPDATES:
-        for u, g in enumerate(groups):
-            if g:
-                ax.text((min(g) + max(g) + _BOX_WIDTH) / 2, 0.5, str(u + 1), ha="center", va="center", fontsize=11,
-                        color="black", fontweight="bold")
-    if left:
-        ax.bar(left, 1, width=_BOX_WIDTH, align="edge", facecolor="white", edgecolor=_LEFT_COLOUR, hatch="///")
-    handles = [Line2D([], [], marker="v", color="black", linestyle="none", label="optimizer.step()")]
-    if left:
-        handles.append(Rectangle((0, 0), 1, 1, facecolor="white", edgecolor=_LEFT_COLOUR, hatch="///",
-                                 label="left in .grad"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.05), fontsize=9, frameon=False)
-    ax.set_xlim(-0.3, n + 0.2)
-    ax.set_ylim(-0.05, _STEP_MARK_Y + 0.25)
-    ax.set_yticks([])
-    step = _tick_step(n)
-    ax.set_xticks([i + _BOX_CENTRE for i in range(0, n, step)], [str(i) for i in range(0, n, step)])
-    ax.set_xlabel("micro-batch index i (colour and number: the update it fed)")
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
     if title is None:
         title = f"{len(groups)} optimizer step{'s' * (len(groups) != 1)}; {len(left)} micro-batch" \
                 f"{'es' * (len(left) != 1)} left in .grad"
-    ax.set_title(title, fontsize=10, loc="left")
-    return Picture(fig) if own else fig
+    d = Drawing(_WIDTH, _HEIGHT, title=str(title))
+    slot = (_PLOT_RIGHT - _PLOT_LEFT) / max(n, 1)
+
+    def x_of(i):
+        return _PLOT_LEFT + i * slot
+
+    d.text(_PLOT_LEFT, 18, title, role="title", size=12)
+    d.line(_PLOT_LEFT, _BOX_BOTTOM, _PLOT_RIGHT, _BOX_BOTTOM, role="axis")
+    for u, g in enumerate(groups):
+        colour = PALETTE[u % len(PALETTE)]
+        for i in g:
+            d.rect(x_of(i), _BOX_TOP, slot * _BOX_WIDTH, _BOX_BOTTOM - _BOX_TOP, fill=colour, opacity=0.85,
+                   role="box")
+        if g:
+            end = x_of(max(g)) + slot * _BOX_WIDTH / 2
+            d.polygon([(end - 6, 28), (end + 6, 28), (end, 39)], fill="black", role="step")
+            if len(groups) <= _MAX_NUMBERED_UPDATES:
+                middle = (x_of(min(g)) + x_of(max(g)) + slot * _BOX_WIDTH) / 2
+                d.text(middle, (_BOX_TOP + _BOX_BOTTOM) / 2 + 5, u + 1, role="update", size=13, anchor="middle",
+                       bold=True)
+    for i in left:
+        d.rect(x_of(i), _BOX_TOP, slot * _BOX_WIDTH, _BOX_BOTTOM - _BOX_TOP, fill="white", stroke=_LEFT_COLOUR,
+               hatch=True, role="left")
+    step = _tick_step(n)
+    for i in range(0, n, step):
+        centre = x_of(i) + slot * _BOX_WIDTH / 2
+        d.line(centre, _BOX_BOTTOM, centre, _BOX_BOTTOM + 4, role="tick")
+        d.text(centre, _BOX_BOTTOM + 17, i, role="tick-label", size=10, anchor="middle")
+    d.text((_PLOT_LEFT + _PLOT_RIGHT) / 2, _BOX_BOTTOM + 42,
+           "micro-batch index i (colour and number: the update it fed)",
+           role="axis-label", size=11, anchor="middle")
+    legend_x = _PLOT_RIGHT + 16
+    d.polygon([(legend_x, 46), (legend_x + 12, 46), (legend_x + 6, 57)], fill="black", role="legend")
+    d.text(legend_x + 20, 56, "optimizer.step()", role="legend", size=10)
+    if left:
+        d.rect(legend_x, 68, 12, 12, fill="white", stroke=_LEFT_COLOUR, hatch=True, role="legend")
+        d.text(legend_x + 20, 79, "left in .grad", role="legend", size=10)
+    return d

@@ -524,38 +524,41 @@ def draw_update_timeline(events_by_rank, *, title: str = "", unit: str = "ms"):
     ``events_by_rank`` lists, for each rank, ``(kind, start, end)`` triples in ``unit``
     since the update began; kind "all-reduce" goes to the communication lane, any
     other kind ("forward", "backward", "step") to the compute lane.
-    Returns a ``Picture`` of the figure (shown once, drawn in one pass).
+    Returns a ``Drawing`` (SVG): a widget redraws it in about a millisecond.
     """
     events_by_rank = _checked_events(events_by_rank)
-    from matplotlib.patches import Patch
+    from .svg import Drawing, nice_step  # here, not at the top: the guard runs this file as a script
 
-    from .figures import Picture, new_figure  # here, not at the top: the guard runs this file as a script
-
-    fig, ax = new_figure((7.5, 0.9 + 0.75 * len(events_by_rank)), 90)
-    labels, ticks, end = [], [], 0.0
+    lane_h, top, left, right = 26, 34, 150, 560
+    lanes = 2 * len(events_by_rank)
+    axis_y = top + lanes * lane_h
+    d = Drawing(700, axis_y + 48, title=title)
+    end = max((t1 for events in events_by_rank for _, _, t1 in events), default=0.0)
+    span = end * 1.02 or 1.0
+    scale = (right - left) / span
+    if title:
+        d.text(left, 18, title, role="title", size=12)
     for rank, events in enumerate(events_by_rank):
-        base = 2 * (len(events_by_rank) - 1 - rank)
-        lanes = {base: ([], []), base + 1: ([], [])}  # one collection per lane keeps a redraw quick
-        for kind, t0, t1 in events:
-            spans, colours = lanes[base if kind == "all-reduce" else base + 1]
-            spans.append((t0, max(t1 - t0, 1e-3)))
-            colours.append(COLOURS.get(kind, "grey"))
-            end = max(end, t1)
-        for lane, (spans, colours) in lanes.items():
-            if spans:
-                ax.broken_barh(spans, (lane + 0.1, 0.8), facecolors=colours, edgecolor="white", linewidth=0.5)
-        ticks += [base + 0.5, base + 1.5]
-        labels += [f"rank {rank} all-reduce", f"rank {rank} compute"]
-    ax.set_yticks(ticks, labels)
-    ax.set_xlim(0, end * 1.02 or 1)
-    ax.set_xlabel(f"time since the update began ({unit})")
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()], loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    ax.set_title(title, fontsize=10)
-    fig.subplots_adjust(left=0.2, right=0.8, bottom=0.8 / fig.get_figheight(), top=1 - 0.35 / fig.get_figheight())
-    return Picture(fig)
+        for lane, name in enumerate(("compute", "all-reduce")):
+            y = top + (2 * rank + lane) * lane_h
+            d.text(left - 8, y + lane_h / 2 + 4, f"rank {rank} {name}", role="lane-label", size=10, anchor="end")
+            for kind, t0, t1 in events:
+                if (kind == "all-reduce") == (name == "all-reduce"):
+                    d.rect(left + t0 * scale, y + 3, max((t1 - t0) * scale, 1.0), lane_h - 6,
+                           fill=COLOURS.get(kind, "grey"), stroke="white", role=kind)
+    d.line(left, axis_y, right, axis_y, role="axis")
+    step = nice_step(span)
+    for i in range(int(span / step) + 1):
+        x = left + i * step * scale
+        d.line(x, axis_y, x, axis_y + 4, role="tick")
+        d.text(x, axis_y + 16, f"{i * step:g}", role="tick-label", size=10, anchor="middle")
+    d.text((left + right) / 2, axis_y + 38, f"time since the update began ({unit})", role="axis-label", size=11,
+           anchor="middle")
+    for i, (kind, colour) in enumerate(COLOURS.items()):
+        y = top + i * 20
+        d.rect(right + 16, y, 12, 12, fill=colour, role="legend")
+        d.text(right + 34, y + 10, kind, role="legend", size=10)
+    return d
 
 
 PROGRESS_TICK_S = 0.25  # how often the run button's progress bar moves
