@@ -1,8 +1,8 @@
-"""The classroom kit: nbgrader assignments, RISE slides and HTML handouts from the course notebooks.
+"""The classroom kit: nbgrader assignments, slides and HTML handouts from the course notebooks.
 
 Run from the repository root with the course's Python (``.venv/bin/python -m tools classroom ...``):
 
-    annotate NOTEBOOK...          add the RISE slide metadata to the notebooks, in place (idempotent)
+    annotate NOTEBOOK...          add the slide metadata to the notebooks, in place (idempotent)
     annotate --check NOTEBOOK...  change nothing; exit 1 and name every notebook that is not annotated or
                                   whose exercises are not laid out as below
     student NOTEBOOK...           the student release (nbgrader generate_assignment) -> build/student/,
@@ -28,14 +28,16 @@ One source for the learner and the class
   a trailing ``;`` would not, under nbval, which runs cells outside IPython's history). Grading and the
   feedback a learner reads therefore cannot disagree.
 * Cells that only hold checks for CI carry the tag ``check``; ``annotate`` keeps their source collapsed.
-* Slides (RISE, ``slideshow.slide_type``): one idea per slide. A markdown cell with a level 1-2 heading
-  starts a slide, a deeper heading a sub-slide (reached by "down", or by space). Within a section, prose
-  that follows code starts a sub-slide (the next step of the argument), except a short closing remark
-  (at most 3 lines, last in its section), which stays with the output it interprets; a code cell after code
-  starts one when the slide already holds about 30 source lines. A widget cell gets a sub-slide of its own,
-  and so does what follows it (the same function called without the widget). Reveal, check and autograder
-  cells are skipped. Everything else continues the slide before it. Notebook metadata ``rise``: tall
-  slides scroll, no transitions.
+* Slides (``slideshow.slide_type``, presented live by jupyterlab-slideshow): one idea per slide. A
+  markdown cell with a level 1-2 heading starts a slide, a deeper heading a sub-slide (reached by "down",
+  or by space). Within a section, prose that follows code starts a sub-slide (the next step of the
+  argument), except a short closing remark (at most 3 lines, last in its section), which stays with the
+  output it interprets; a code cell after code starts one when the slide already holds about 30 source
+  lines. A widget cell gets a sub-slide of its own, and so does what follows it (the same function called
+  without the widget). Reveal, check and autograder cells are skipped. Everything else continues the slide
+  before it and carries no ``slideshow`` metadata at all: nbconvert and jupyterlab-slideshow (the live
+  slides) both read a missing slide type as "continue", while jupyterlab-slideshow 0.3.4 does not know
+  nbformat's ``"-"`` and hides such a cell.
 """
 
 from __future__ import annotations
@@ -75,8 +77,8 @@ LOAD_LINE = re.compile(r"^#\s*%load\s+(\S+\.py)\s*$", re.M)
 CHECK_CALL = re.compile(r"^\w+\.check_\w+\(.*\)$")  # the last line of an answer cell: ex.check_leaves(answer)
 DEFAULT_POINTS = 1
 SCHEMA = 3
+CONTINUE = "-"  # nbformat's name for "continue the slide before"; annotate writes it as no metadata
 LINES_PER_SLIDE = 30  # source lines; outputs come on top, and tall slides scroll
-RISE = {"scroll": True, "center": False, "transition": "none"}
 HEADING = re.compile(r"^(#{1,6})\s+\S")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -264,7 +266,7 @@ def slide_types(cells) -> list[str]:
         elif cell.cell_type == "code" and prev.cell_type == "code" and lines + height > LINES_PER_SLIDE:
             kind = "subslide"  # a long run of code: the projector shows about this many lines
         else:
-            kind = "-"
+            kind = CONTINUE
         types.append(kind)
         lines = height if kind in ("slide", "subslide") else lines + height
         new_sub = is_widget_cell(cell) or _is_twin(cells, cell)
@@ -297,8 +299,11 @@ def annotate(nb, where: str = "notebook") -> None:
         if load:
             cell.source = reveal_source(load.group(1))
     for cell, kind in zip(nb.cells, slide_types(nb.cells)):
-        cell.metadata["slideshow"] = {"slide_type": kind}
-    nb.metadata["rise"] = dict(RISE)
+        if kind == CONTINUE:
+            cell.metadata.pop("slideshow", None)
+        else:
+            cell.metadata["slideshow"] = {"slide_type": kind}
+    nb.metadata.pop("rise", None)  # settings of jupyterlab-rise, which the course no longer uses
 
 
 def annotate_file(path: Path, check: bool = False) -> list[str]:
