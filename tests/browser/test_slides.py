@@ -1,25 +1,30 @@
-"""The classroom kit in a real browser: a notebook as jupyterlab-rise slides, and maths in JupyterLab.
+"""The classroom kit in a real browser: a notebook presented as live slides (jupyterlab-slideshow), maths.
 
-- A notebook, annotated by tools/classroom (annotating the committed, annotated notebook changes
-  nothing, which tests/test_classroom.py checks), opens as a RISE deck with one horizontal slide per
-  slide cell, shows the first one, and "next" (space) moves to the second.
-- With the classroom extra installed (nbgrader brings jupyterlab-mathjax3 4.3.0, which
-  ``jupyter labextension list`` marks incompatible with JupyterLab 4), the notebooks' LaTeX is still
-  typeset in JupyterLab and in the slides: MathJax 3 ``mjx-container`` elements, no ``$`` left.
-- Known upstream limit, kept visible: jupyterlab-rise 0.43.1 cannot load the ipywidgets manager on
-  JupyterLab 4.6 (jupyterlab-contrib/rise#119), so in slides a widget shows as text. The strict xfail
-  turns red the day it works, so that the README's advice can change.
+The slides are JupyterLab's own notebook view in jupyterlab-slideshow's presentation mode, started from
+the notebook toolbar's deck button, so the kernel, the widget manager and MathJax are the notebook's.
+Each test presents a copy of a notebook annotated by tools/classroom (annotating the committed, annotated
+notebook changes nothing, which tests/test_classroom.py checks) and drives it with the keys a presenter
+uses: space for "next", shift+space for "back", Escape to leave.
+
+- The deck opens on the first slide (the first cell alone on screen); space walks through every cell that
+  is not skipped (none hidden: jupyterlab-slideshow hides a cell whose slide type it does not know),
+  shift+space goes back, Escape leaves the presentation.
+- LaTeX is typeset by JupyterLab's MathJax (``mjx-container``, no ``$`` left), in the notebook and on a
+  slide.
+- A live() widget works on its slide: after Run All, space leads to the widget's slide, the widget is drawn
+  (no "Error displaying widget", not shown as text) inside the viewport, and typing into its slider's
+  readout changes its output to what its twin cell shows, while the deck is still presenting that slide.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import re
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
+from test_notebooks_in_lab import RUN_TIMEOUT, check_widget
 
 pytestmark = pytest.mark.browser
 
@@ -27,8 +32,27 @@ REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 MATH = re.compile(r"\$[^$\n]+\$")
 TIMEOUT_S = 90
+DECK_SETTINGS = "jupyterlab-slideshow:plugin"
+DECK_BUTTON = '.jp-NotebookPanel-toolbar [data-command="deck:toggle"]'
 
 from tools import classroom  # noqa: E402 (the repository root is on sys.path: conftest.py)
+
+
+@pytest.fixture(autouse=True)
+def leave_the_deck(lab):
+    """After each test, leave the presentation and wait until JupyterLab has saved that: jupyterlab-slideshow
+    keeps "presenting" in the user settings and starts presenting again on the next page load."""
+    yield
+    try:
+        lab.js("() => window.jupyterapp.commands.execute('deck:stop')")
+    except Exception:  # a crashed or closed page: the settings then say what was last saved
+        pass
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if lab.server._api("GET", f"/lab/api/settings/{DECK_SETTINGS}").get("settings", {}).get("active") is not True:
+            return
+        time.sleep(0.2)
+    raise AssertionError("jupyterlab-slideshow still has active=true in the user settings after deck:stop")
 
 
 def annotated_copy(server, path: Path) -> tuple[str, nbformat.NotebookNode]:
@@ -40,47 +64,102 @@ def annotated_copy(server, path: Path) -> tuple[str, nbformat.NotebookNode]:
     return dest.relative_to(server.root).as_posix(), nb
 
 
-def heading(cell) -> str:
-    for line in classroom._src(cell).splitlines():
-        m = re.match(r"^#{1,6}\s+(.*)", line)
-        if m:
-            return re.sub(r"[`*_]", "", m.group(1)).strip()
-    return ""
+def shown_in_slides(nb) -> list[str]:
+    """The ids of the cells a presenter pages through: all but the skipped ones."""
+    return [c.id for c in nb.cells if c.metadata.get("slideshow", {}).get("slide_type") != "skip"]
 
 
-def open_slides(lab, rel_path: str):
-    lab.path = f"rise/{rel_path}"
-    lab.page.goto(f"{lab.server.url}/rise/{rel_path}", wait_until="domcontentloaded")
-    lab.wait(
-        "() => document.querySelectorAll('.reveal .slides > section').length > 0 && /#\\/slide-/.test(location.hash)",
-        timeout_s=TIMEOUT_S,
-        what="the RISE deck",
-    )
-
-
-PRESENT = """() => {
-  const h = document.querySelector('.reveal .slides > section.present');
-  const v = h && (h.querySelector(':scope > section.present') || h);
-  return {hash: location.hash, text: v ? v.innerText : '', slides: document.querySelectorAll('.reveal .slides > section').length};
+# The deck's state: whether it presents, and the cells on the current slide (jupyterlab-slideshow marks
+# them jp-deck-mod-onscreen; the others are hidden), each with whether it lies inside the viewport.
+DECK = """() => {
+  const cells = Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell.jp-deck-mod-onscreen'));
+  const inView = (el) => {
+    const r = el.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && r.bottom > 0 && r.right > 0 && r.top < innerHeight && r.left < innerWidth;
+  };
+  return {
+    presenting: document.body.dataset.jpDeckMode === 'presenting',
+    onScreen: cells.map(c => c.dataset.alCellId),
+    inView: cells.filter(inView).map(c => c.dataset.alCellId),
+    active: (document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell.jp-mod-active') || {dataset: {}}).dataset.alCellId || null,
+  };
 }"""
 
 
-def test_notebook_opens_as_slides_and_moves_to_the_next_slide(lab):
+def deck(lab) -> dict:
+    return lab.js(DECK)
+
+
+def start_deck(lab, first: str):
+    """Click the notebook toolbar's deck button, as an instructor does, and wait for the slide of `first`."""
+    lab.page.locator(DECK_BUTTON).click()
+    lab.wait(
+        "(id) => document.body.dataset.jpDeckMode === 'presenting' && Array.from(document.querySelectorAll("
+        "'.jp-Cell.jp-deck-mod-onscreen')).some(c => c.dataset.alCellId === id)",
+        first,
+        timeout_s=30,
+        what=f"the presentation to start on the slide of cell {first!r}",
+    )
+
+
+def press(lab, key: str) -> dict:
+    """One key as a presenter presses it; the deck's state once the active cell has moved."""
+    before = deck(lab)
+    lab.page.keyboard.press(key)
+    lab.wait(
+        "([active, presenting]) => {"
+        "  const a = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell.jp-mod-active');"
+        "  return (a && a.dataset.alCellId !== active) || (document.body.dataset.jpDeckMode === 'presenting') !== presenting;"
+        "}",
+        [before["active"], before["presenting"]],
+        timeout_s=15,
+        what=f"{key!r} to move the deck on from cell {before['active']!r} ({before['onScreen']})",
+    )
+    lab.page.wait_for_timeout(150)  # the deck restyles the cells right after the active one changes
+    return deck(lab)
+
+
+def walk_to(lab, cell_id: str, limit: int) -> dict:
+    """Press space until `cell_id` is on the slide shown."""
+    state = deck(lab)
+    for _ in range(limit):
+        if cell_id in state["onScreen"]:
+            return state
+        state = press(lab, "Space")
+    assert cell_id in state["onScreen"], f"{limit} presses of space did not reach cell {cell_id!r}; on screen: {state}"
+    return state
+
+
+def test_notebook_presents_as_slides_and_every_cell_is_reached(lab):
     rel, nb = annotated_copy(lab.server, REPO / "notebooks" / "00_start_here.ipynb")
-    slides = [c for c in nb.cells if c.metadata["slideshow"]["slide_type"] == "slide"]
+    slides = [c.id for c in nb.cells if c.metadata.get("slideshow", {}).get("slide_type") == "slide"]
     assert len(slides) >= 2
-    open_slides(lab, rel)
-    first = lab.js(PRESENT)
-    assert first["slides"] == len(slides), f"one horizontal slide per slide cell: {first['slides']} != {len(slides)}"
-    assert first["hash"] == "#/slide-0-0" and heading(slides[0]) in first["text"], first
+    lab.open(rel)
+    start_deck(lab, nb.cells[0].id)
+    first = deck(lab)
+    assert first["onScreen"] == [nb.cells[0].id] and first["inView"] == first["onScreen"], first
 
-    lab.page.keyboard.press("Space")  # RISE's "next"
-    lab.wait("() => location.hash === '#/slide-1-0'", timeout_s=30, what="the second slide")
-    second = lab.js(PRESENT)
-    assert heading(slides[1]) in second["text"] and heading(slides[0]) not in second["text"], second
+    wanted = shown_in_slides(nb)
+    seen = list(first["onScreen"])
+    second = press(lab, "Space")
+    assert second["onScreen"] == [slides[1]], f"space goes to the second slide, alone on screen: {second}"
+    seen += second["onScreen"]
+    state = second
+    for _ in range(2 * len(nb.cells)):
+        if wanted[-1] in state["onScreen"]:
+            break
+        state = press(lab, "Space")
+        assert state["presenting"], f"the deck stopped presenting on the way: {state}"
+        seen += [c for c in state["onScreen"] if c not in seen]
+    missing = [c for c in wanted if c not in seen]
+    assert not missing, f"cells never shown while paging through the deck with space: {missing}"
+    skipped = [c.id for c in nb.cells if c.id not in wanted]
+    assert not set(skipped) & set(seen), f"skipped cells were shown: {set(skipped) & set(seen)}"
 
-    lab.page.keyboard.press("ArrowLeft")
-    lab.wait("() => location.hash === '#/slide-0-0'", timeout_s=30, what="the first slide again")
+    back = press(lab, "Shift+Space")
+    assert back["presenting"] and back["onScreen"] != state["onScreen"], f"shift+space goes back: {back}"
+    left = press(lab, "Escape")
+    assert not left["presenting"], "Escape leaves the presentation"
 
 
 def _math_notebook() -> tuple[Path, list[str]]:
@@ -92,25 +171,22 @@ def _math_notebook() -> tuple[Path, list[str]]:
     pytest.skip("no notebook has LaTeX in its markdown")
 
 
-def _typeset(lab, ids, root: str):
+def _typeset(lab, ids):
     """For each markdown cell with LaTeX: (MathJax containers, text that still looks like $...$)."""
     return lab.js(
-        """([ids, root]) => ids.map(id => {
-          const cell = Array.from(document.querySelectorAll(root + ' .jp-MarkdownCell')).find(c => c.dataset.alCellId === id);
+        """(ids) => ids.map(id => {
+          const cell = Array.from(document.querySelectorAll('.jp-MarkdownCell')).find(c => c.dataset.alCellId === id);
           const md = cell && cell.querySelector('.jp-RenderedMarkdown');
           return md ? [md.querySelectorAll('mjx-container').length, (md.innerText.match(/\\$[^$\\n]+\\$/) || [''])[0]] : [-1, ''];
         })""",
-        [ids, root],
+        ids,
     )
 
 
-def test_maths_renders_in_jupyterlab_with_the_classroom_extra(lab):
-    try:
-        importlib.metadata.version("jupyterlab-mathjax3")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("the classroom extra (nbgrader, which brings jupyterlab-mathjax3) is not installed")
+def test_maths_renders_in_jupyterlab_and_on_a_slide(lab):
     path, ids = _math_notebook()
-    lab.open(path.relative_to(REPO).as_posix())
+    rel, nb = annotated_copy(lab.server, path)
+    lab.open(rel)
     lab.wait(
         """(ids) => ids.every(id => {
           const c = Array.from(document.querySelectorAll('.jp-MarkdownCell')).find(c => c.dataset.alCellId === id);
@@ -120,31 +196,46 @@ def test_maths_renders_in_jupyterlab_with_the_classroom_extra(lab):
         timeout_s=TIMEOUT_S,
         what=f"MathJax to typeset the LaTeX cells {ids} of {path.name}",
     )
-    for cell_id, (containers, raw) in zip(ids, _typeset(lab, ids, ".jp-Notebook")):
+    for cell_id, (containers, raw) in zip(ids, _typeset(lab, ids)):
         assert containers > 0 and not raw, f"{path.name} cell {cell_id}: {containers} formulas typeset, raw {raw!r}"
 
+    shown = [i for i in ids if i in shown_in_slides(nb)]
+    assert shown, f"{path.name}: every LaTeX cell is skipped in the slides"
+    start_deck(lab, nb.cells[0].id)
+    state = walk_to(lab, shown[0], limit=len(nb.cells))
+    assert shown[0] in state["inView"], f"the LaTeX cell {shown[0]!r} is on the slide but not in view: {state}"
+    ((containers, raw),) = _typeset(lab, shown[:1])
+    assert containers > 0 and not raw, f"on its slide, cell {shown[0]}: {containers} formulas typeset, raw {raw!r}"
 
-def test_maths_renders_in_slides(lab):
-    path, _ = _math_notebook()
-    rel, _ = annotated_copy(lab.server, path)
-    open_slides(lab, rel)
+
+@pytest.mark.timeout(RUN_TIMEOUT + 300)
+def test_a_widget_answers_on_its_slide(lab):
+    rel, nb = annotated_copy(lab.server, REPO / "notebooks" / "00_start_here.ipynb")
+    widget_id = next(c.id for c in nb.cells if classroom.is_widget_cell(c))
+    lab.open(rel)
+    lab.js("() => window.alTest.startRun()")
     lab.wait(
-        "() => document.querySelectorAll('.reveal mjx-container').length > 0",
-        timeout_s=TIMEOUT_S,
-        what=f"MathJax to typeset the slides of {path.name}",
+        "() => window.alTest.run.done && window.alTest.kernelStatus() === 'idle'",
+        timeout_s=RUN_TIMEOUT,
+        what="Restart Kernel and Run All Cells",
     )
-    raw = lab.js("() => Array.from(document.querySelectorAll('.reveal .jp-RenderedMarkdown')).map(m => (m.innerText.match(/\\$[^$\\n]+\\$/) || [''])[0]).filter(Boolean)")
-    assert not raw, f"LaTeX left untypeset in the slides of {path.name}: {raw[:3]}"
+    try:  # every widget view drawn: without the widget manager that never comes, and the checks below say so
+        lab.wait("() => window.alTest.settled()", timeout_s=30, what="the outputs to be drawn")
+    except AssertionError:
+        pass
+    lab.phase("run all")
+    cell = lab.js("(id) => window.alTest.cell(id)", widget_id)
+    lab.focus_cell = widget_id
 
+    start_deck(lab, nb.cells[0].id)
+    state = walk_to(lab, widget_id, limit=len(nb.cells))
+    assert widget_id in state["inView"], f"the widget's slide is shown but the widget is not in view: {state}"
+    drawn = lab.js("(id) => window.alTest.widgetState(id)", widget_id)
+    assert not drawn["widgetError"], "the widget shows 'Error displaying widget' on its slide"
+    assert drawn["panels"] >= 1, f"no live() panel drawn on the slide (the widget manager did not load?): {drawn}"
+    lab.phase("to the slide")
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jupyterlab-rise 0.43.1 cannot load @jupyter-widgets/jupyterlab-manager on JupyterLab 4.6 "
-    "(jupyterlab-contrib/rise#119): in slides a widget shows as text; present Try it from JupyterLab",
-)
-def test_widgets_can_render_in_slides(lab):
-    rel, _ = annotated_copy(lab.server, REPO / "notebooks" / "00_start_here.ipynb")
-    open_slides(lab, rel)
-    lab.page.wait_for_timeout(3000)  # extensions load after the deck appears
-    failed = [line for line in lab.console if "Failed to create module" in line and "jupyterlab-manager" in line]
-    assert not failed, failed[0]
+    check_widget(lab, cell, {})  # its slider moved by typing into the readout; its output becomes its twin's
+    after = deck(lab)
+    assert after["presenting"] and widget_id in after["inView"], f"the deck left the widget's slide: {after}"
+    lab.phase("widget")
