@@ -358,12 +358,21 @@ def _env() -> dict:
     return dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 
 
-def nbgrader(args: list[str], course: Path, quiet: bool = True) -> subprocess.CompletedProcess:
+NBGRADER_TIMEOUT_S = 1200  # a whole course autograded on a slow laptop takes a few minutes
+
+
+def nbgrader(args: list[str], course: Path, quiet: bool = True,
+             timeout_s: float = NBGRADER_TIMEOUT_S) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` in the course directory (where it reads nbgrader_config.py)."""
     cmd = [sys.executable, "-m", "nbgrader", *args]
     if quiet:
         cmd.append("--log-level=WARN")
-    proc = subprocess.run(cmd, cwd=course, env=_env(), capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, cwd=course, env=_env(), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as err:
+        out = [o.decode(errors="replace") if isinstance(o, bytes) else (o or "") for o in (err.stdout, err.stderr)]
+        raise ClassroomError(f"nbgrader {' '.join(args)} did not finish within {timeout_s:g} s and was stopped; "
+                             f"its last output:\n{out[0][-2000:]}\n{out[1][-2000:]}") from None
     if proc.returncode != 0:
         raise ClassroomError(f"nbgrader {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
