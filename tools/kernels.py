@@ -25,7 +25,9 @@ from queue import Empty
 POLL_S = 0.5
 
 
-def _poll_in_steps(channel, poll_s: float):
+def steady_shell(kernel_client, poll_s: float = POLL_S):
+    """Make ``kernel_client``'s shell channel wait for replies in steps of ``poll_s`` seconds (nbclient#312)."""
+    channel = kernel_client.shell_channel
     one_poll = channel.get_msg
 
     async def get_msg(timeout=None):
@@ -39,16 +41,6 @@ def _poll_in_steps(channel, poll_s: float):
                     raise
 
     channel.get_msg = get_msg
-
-
-def steady_shell(kernel_client, poll_s: float = POLL_S):
-    """Make ``kernel_client``'s shell and IOPub channels wait for messages in steps of ``poll_s`` seconds.
-
-    (nbclient#312.) The IOPub channel too: on Python 3.13 a wait there for the kernel's "idle" status
-    stalled the same way, for minutes per notebook, in nbgrader's autograde.
-    """
-    for channel in (kernel_client.shell_channel, kernel_client.iopub_channel):
-        _poll_in_steps(channel, poll_s)
     return kernel_client
 
 
