@@ -1,5 +1,6 @@
 """pyproject.toml and environment.yml must name the same packages with the same lower bounds."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -153,4 +154,24 @@ def test_the_package_imports_quietly_and_lightly():
         "assert not heavy, heavy\n"
     )
     done = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+
+
+def test_a_timing_prints_nothing_with_a_cuda_build_on_a_machine_without_cuda(tmp_path):
+    """03 and 08 time code with lab.time_call, whose torch.utils.benchmark pulls in cpp_extension. With a CUDA
+    build of torch (PyPI's default) and no CUDA runtime that import logs "No CUDA runtime is found"; the course
+    keeps it quiet. Faked here: a CPU build told it was compiled for CUDA, with CUDA_HOME set."""
+    code = (
+        "import torch\n"
+        "torch.cuda._is_compiled = lambda: True\n"
+        "torch.version.cuda = '13.0'\n"
+        "torch.cuda.is_available = lambda: False\n"
+        "import autograd_lab as lab\n"
+        "lab.time_call(lambda: None, min_run_time=0.01)\n"
+        "import torch.utils.cpp_extension as ce\n"
+        "assert ce.CUDA_HOME, 'the fake did not reach cpp_extension'\n"
+    )
+    env = {**os.environ, "CUDA_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
     assert done.returncode == 0 and not done.stderr, done.stderr

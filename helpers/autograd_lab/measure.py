@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import logging
 import math
 import statistics
 import sys
@@ -171,6 +172,24 @@ def check_seconds(name: str, value, at_most: float = math.inf) -> float:
     return float(value)
 
 
+def _import_benchmark():
+    """torch.utils.benchmark, imported on first use with its one noisy import quieted.
+
+    It pulls in torch.utils.cpp_extension, which logs "No CUDA runtime is found, using CUDA_HOME=..." on a
+    machine without CUDA when torch is a CUDA build (PyPI's default on Linux). The course compiles nothing, so
+    that line would only puzzle a learner; everything else that logger says later is left as it is.
+    """
+    if "torch.utils.benchmark" not in sys.modules:
+        log = logging.getLogger("torch.utils.cpp_extension")
+        level = log.level
+        log.setLevel(logging.ERROR)
+        try:
+            import torch.utils.benchmark  # noqa: F401
+        finally:
+            log.setLevel(level)
+    return sys.modules["torch.utils.benchmark"]
+
+
 def time_call(fn, *, min_run_time: float = 0.2, label: str = "", threads: int | None = None) -> Timing:
     """Time ``fn()`` with ``torch.utils.benchmark`` (which synchronizes CUDA work).
 
@@ -184,10 +203,7 @@ def time_call(fn, *, min_run_time: float = 0.2, label: str = "", threads: int | 
         raise ValueError(f"threads must be a positive int or None, got {threads!r}.")
     if not isinstance(label, str):
         raise TypeError(f"label must be a str, got {type(label).__name__}.")
-    # Imported here, not at the top: torch.utils.benchmark pulls in torch.utils.cpp_extension, which
-    # prints a "No CUDA runtime is found" warning on a CPU-only machine with a CUDA build of torch.
-    import torch.utils.benchmark as benchmark
-
+    benchmark = _import_benchmark()
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, label=label,
                             num_threads=threads or torch.get_num_threads())
     m = timer.blocked_autorange(min_run_time=min_run_time)
