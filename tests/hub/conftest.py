@@ -17,7 +17,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from autograd_lab.distributed import free_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -73,12 +74,6 @@ def _missing(what: str, hint: str):
     pytest.skip(message)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Hub:
     """JupyterHub for one instructor and two students, all of it under ``root``."""
 
@@ -91,7 +86,7 @@ class Hub:
         self.env = dict(
             os.environ,
             AUTOGRAD_LAB_HUB_DIR=str(root / "state"),
-            AUTOGRAD_LAB_HUB_PORT=str(_free_port()),
+            AUTOGRAD_LAB_HUB_PORT=str(free_port()),
             AUTOGRAD_LAB_INSTRUCTORS=INSTRUCTOR,
             AUTOGRAD_LAB_STUDENTS=",".join(STUDENTS),
             AUTOGRAD_LAB_STUDENT_PASSWORD=student_password,

@@ -16,21 +16,16 @@ or a trusted room on one laptop, never the internet (README.md in this folder: a
 """
 
 import os
-import socket
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hub  # noqa: E402  (tools/hub/hub.py: the settings this file shares with the start command and tests)
 
+from autograd_lab.distributed import free_port  # noqa: E402  (the hub runs from the course's environment)
+
 c = get_config()  # noqa: F821 (JupyterHub provides it)
 s = hub.settings()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- network: the public address, and internal ports nobody else needs to know
