@@ -78,25 +78,54 @@ def run_one(version: str, python: str, jobs: str) -> tuple[bool, str]:
     return tests.returncode == 0, ("passed" if tests.returncode == 0 else "TESTS FAILED") + f" ({took})"
 
 
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def choose(versions, find, ends: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+    """The versions to test, oldest first, each with its interpreter, and a line for each one not tested.
+
+    ``find(version)`` gives an interpreter or None (absent). With ``ends``, only the oldest and the newest of
+    those found are tested (what CI has time for): a missing newest version moves the test to the next one.
+    """
+    found: dict[str, str] = {}
+    results: dict[str, str] = {}
+    for version in sorted(set(versions), key=_key):
+        python = find(version)
+        if python is None:
+            results[version] = f"ABSENT: no python{version} on PATH or in pyenv; not tested"
+        else:
+            found[version] = python
+    if ends and len(found) > 2:
+        names = list(found)
+        for version in names[1:-1]:
+            results[version] = "found, left out (--ends tests the oldest and the newest found)"
+            del found[version]
+    return found, results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("versions", nargs="+", help="e.g. 3.10 3.12 3.13")
     parser.add_argument("--require", action="store_true", help="fail when a version is not on this machine")
+    parser.add_argument("--ends", action="store_true",
+                        help="of the versions found, test only the oldest and the newest (CI's time limit)")
+    parser.add_argument("--pypi-torch-on-newest", action="store_true",
+                        help="the newest version tested gets PyPI's default torch build, unless "
+                             "TORCH_INDEX_<version> says otherwise")
     parser.add_argument("--jobs", default=os.environ.get("JOBS", "2"))
     opts = parser.parse_args(argv)
-    results: dict[str, str] = {}
-    ok = True
-    for version in opts.versions:
-        python = find_python(version)
-        if python is None:
-            results[version] = f"ABSENT: no python{version} on PATH or in pyenv; not tested"
-            ok = ok and not opts.require
-            continue
-        passed, summary = run_one(version, python, opts.jobs)
+    found, results = choose(opts.versions, find_python, ends=opts.ends)
+    ok = not (opts.require and any(line.startswith("ABSENT") for line in results.values()))
+    chosen = list(found)
+    if opts.pypi_torch_on_newest and chosen:
+        os.environ.setdefault(f"TORCH_INDEX_{chosen[-1].replace('.', '')}", "")
+    for version in chosen:
+        passed, summary = run_one(version, found[version], opts.jobs)
         results[version] = summary
         ok = ok and passed
     print("\n=== make test-pythons: summary")
-    for version, summary in results.items():
+    for version, summary in sorted(results.items(), key=lambda kv: _key(kv[0])):
         print(f"  Python {version}: {summary}")
     return 0 if ok else 1
 
