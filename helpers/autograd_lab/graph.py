@@ -16,7 +16,7 @@ and ``dot`` itself runs under a time limit.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import graphviz
 import torch
@@ -264,6 +264,72 @@ def _check_layout(direction, size) -> None:
         )
 
 
+_NODE_EXAMPLE = "loss.grad_fn, or an item of graph_nodes(loss)"
+_EDGE_EXAMPLE = '{(loss.grad_fn, loss.grad_fn.next_functions[0][0]): "0.5"}'
+
+
+def _is_next_pair(item) -> bool:
+    """Whether ``item`` is an entry of ``next_functions``: a (node or None, input number) pair."""
+    return (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], int)
+            and (item[0] is None or isinstance(item[0], torch.autograd.graph.Node)))
+
+
+def _node_index(model: Graph, item, option: str) -> int:
+    """The position of backward node ``item`` in ``model``; an error naming ``option`` for anything else."""
+    if isinstance(item, torch.Tensor):
+        raise TypeError(f"{option} must hold backward nodes, not tensors: pass a tensor's node, "
+                        f"e.g. {option}=[loss.grad_fn] (a leaf's node is an item of graph_nodes(loss)).")
+    if isinstance(item, str):
+        raise TypeError(f"{option} must hold backward nodes, not their names: got {item!r:.60}. "
+                        f"Pass the node itself, such as {_NODE_EXAMPLE}.")
+    if _is_next_pair(item):
+        raise TypeError(f"{option} holds a (node, input number) pair from next_functions: take its node, "
+                        f"e.g. loss.grad_fn.next_functions[0][0].")
+    if not isinstance(item, torch.autograd.graph.Node):
+        raise TypeError(f"{option} must hold backward nodes such as {_NODE_EXAMPLE}; "
+                        f"got {item!r:.60} ({type(item).__name__}).")
+    index = model.index(item)
+    if index is None:
+        raise ValueError(f"{option} holds a {node_name(item)} that is not in the graph drawn (a node of another "
+                         f"forward pass belongs to that pass's graph): pass nodes of this graph, such as "
+                         f"{_NODE_EXAMPLE}.")
+    return index
+
+
+def _marked(model: Graph, value, option: str) -> set:
+    """``highlight`` or ``done`` as node positions: one backward node, or an iterable of them (None: none)."""
+    if value is None:
+        return set()
+    single = isinstance(value, (str, bytes, torch.Tensor, torch.autograd.graph.Node)) or _is_next_pair(value)
+    if single or not isinstance(value, Iterable):
+        value = [value]  # one item, checked (and refused when it is not a node) like the items of a list
+    return {_node_index(model, item, option) for item in value}
+
+
+def _edge_marks(model: Graph, edge_labels) -> dict:
+    """``edge_labels`` as {(node, input) positions: text}, each key an edge of ``model`` (a tensor value is
+    written as the graph writes values)."""
+    if edge_labels is None:
+        return {}
+    if not isinstance(edge_labels, Mapping):
+        raise TypeError(f"edge_labels must be a dict {{(node, input_node): text}}; got "
+                        f"{type(edge_labels).__name__}. For example edge_labels={_EDGE_EXAMPLE}.")
+    edges, marks = set(model.edges()), {}
+    for key, value in edge_labels.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise TypeError(f"edge_labels keys must be (node, input_node) pairs; got {key!r:.60}. "
+                            f"For example edge_labels={_EDGE_EXAMPLE}.")
+        node, source = (_node_index(model, fn, "edge_labels") for fn in key)
+        if (source, node) not in edges:
+            way = (" goes the other way round: write (node, input_node), the node first"
+                   if (node, source) in edges else " is not an edge of the graph: the second node must be an input "
+                   "of the first (in its next_functions)")
+            raise ValueError(f"edge_labels key ({title(key[0])}, {title(key[1])}){way}. "
+                             f"For example edge_labels={_EDGE_EXAMPLE}.")
+        marks[(node, source)] = format_tensor(value) if isinstance(value, torch.Tensor) else str(value)
+    return marks
+
+
 def draw_graph(
     tensors,
     params=None,
@@ -284,9 +350,9 @@ def draw_graph(
     names       names for the drawn output tensors, e.g. {"loss": loss}.
     show_saved  add the tensors each node saved for backward (orange, dashed edges).
     show_values write small leaf values on the leaves; show_grads writes their ``.grad``.
-    highlight   backward nodes to fill gold (a step-through marks the node being run).
-    edge_labels {(node, input_node): text} written on the edge between two backward nodes.
-    done        backward nodes already run, drawn with a bold border.
+    highlight   a backward node, or a list of them, to fill gold (a step-through marks the node being run).
+    edge_labels {(node, input_node): text or number} written on the edge from a backward node to one of its inputs.
+    done        a backward node, or a list of them, already run: drawn with a bold border.
     direction   Graphviz rankdir: "BT" (the default) puts the output at the top, the leaves at the bottom,
                 and arrows follow the forward pass upwards; "TB" turns it upside down.
     size        None (natural size) or a Graphviz size in inches, e.g. "8,5".
@@ -298,9 +364,9 @@ def draw_graph(
     model = walk(tensors, params, saved=show_saved)
     out_names = output_names(names)
     marks = dict(
-        highlight={model.index(fn) for fn in highlight} - {None},
-        done={model.index(fn) for fn in done} - {None},
-        edge_labels={(model.index(a), model.index(b)): str(v) for (a, b), v in (edge_labels or {}).items()},
+        highlight=_marked(model, highlight, "highlight"),
+        done=_marked(model, done, "done"),
+        edge_labels=_edge_marks(model, edge_labels),
     )
     style = dict(names=out_names, show_saved=show_saved, show_values=show_values, show_grads=show_grads)
     return bounded.draw_within_limits(model, marks, style, direction=direction, size=size, render=draw_model)
