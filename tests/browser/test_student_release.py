@@ -106,5 +106,8 @@ def test_reveal_cell_loads_the_solution_and_its_check_passes(lab):
     assert lab.js("(id) => window.alTest.cell(id).source", first.solution_id) == answer["source"], "the answer stays"
 
     run_cell_with_keys(lab, reveal_id)
+    # The execution count can change a moment before the check's output is in the cell's model.
+    lab.wait("(id) => window.alTest.outputText(id).length > 0", reveal_id, timeout_s=30,
+             what="the check's feedback under the reveal cell")
     shown = lab.js("(id) => window.alTest.outputText(id)", reveal_id)
     assert shown.startswith("Correct"), shown
