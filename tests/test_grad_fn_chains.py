@@ -672,6 +672,14 @@ def test_reference_chain_is_what_autograd_records():
     assert base(walk(out)) == ["MulBackward", "SumBackward", "SigmoidBackward", "MulBackward", "AccumulateGrad"]
 
 
+def test_reference_chain_reads_the_one_graph_walk(monkeypatch):
+    # naming has one home (graphmodel.node_name): renaming there renames the reference, so no second walk remains
+    from autograd_lab import graphmodel
+
+    monkeypatch.setattr(graphmodel, "node_name", lambda fn: "None" if fn is None else "<" + type(fn).__name__ + ">")
+    assert ex.reference_chain() == ["<" + name + ">" for name in walk(ex.chain_expression()[0])]
+
+
 def test_check_chain():
     right = ex.reference_chain()
     assert ex.check_chain(right).passed

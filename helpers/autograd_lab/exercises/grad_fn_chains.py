@@ -16,7 +16,7 @@ from collections import Counter
 
 import torch
 
-from ..graphmodel import node_name
+from ..graphmodel import walk
 from . import Feedback, as_names, as_number, correct, is_unanswered, malformed, never_raises, unanswered, wrong
 
 __all__ = [
@@ -42,12 +42,17 @@ def chain_expression():
 
 
 def reference_chain() -> list[str]:
-    """The node names met walking from ``out.grad_fn`` to the leaf, following the input that needs a gradient."""
+    """The node names met walking from ``out.grad_fn`` to the leaf, following the input that needs a gradient.
+
+    Read off the course's one graph walk (:func:`autograd_lab.graphmodel.walk`), which also names the nodes.
+    """
     out, _ = chain_expression()
-    names, node = [], out.grad_fn
-    while node is not None:
-        names.append(node_name(node))
-        node = next((child for child, _ in node.next_functions if child is not None), None)
+    graph = walk(out, what="reference_chain")
+    names, i = [], graph.output_nodes[0]
+    while i is not None:
+        node = graph.nodes[i]
+        names.append(node.name)
+        i = next((j for j in node.inputs if j is not None), None)
     return names
 
 
