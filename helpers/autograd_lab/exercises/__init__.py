@@ -146,8 +146,15 @@ def as_names(answer, limit: int = 100) -> list | None:
 
 
 def describe_error(err: BaseException) -> str:
-    """``"TypeError: first line of the message"``: how feedback names an exception a learner's code raised."""
-    first = str(err).splitlines()[0] if str(err) else ""
+    """``"TypeError: first line of the message"``: how feedback names an exception a learner's code raised.
+
+    Never raises: an exception whose ``__str__`` raises (or returns no string) is named by its class alone.
+    """
+    try:
+        text = str(err)
+        first = text.splitlines()[0] if text else ""
+    except Exception:  # noqa: BLE001 -- a learner's exception class can break __str__ any way it likes
+        first = ""
     return f"{type(err).__name__}: {first}".rstrip(": ")
 
 
