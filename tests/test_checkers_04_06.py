@@ -168,6 +168,43 @@ def grad_logging_forward(model, loss_fn, optimizer, micro_batches, k):
             optimizer.zero_grad()
 
 
+def _add_into_grad(params, grads):
+    for p, g in zip(params, grads):
+        p.grad = g if p.grad is None else p.grad + g
+
+
+def grad_summed_assigned(model, loss_fn, optimizer, micro_batches, k):
+    """Not accumulation: one torch.autograd.grad over the group's summed losses, assigned to .grad."""
+    params = list(model.parameters())
+    for group in (micro_batches[s:s + k] for s in range(0, len(micro_batches), k)):
+        total = sum(len(x) for x, _ in group)
+        grads = torch.autograd.grad(sum(loss_fn(model(x), y) * len(x) / total for x, y in group), params)
+        for p, g in zip(params, grads):
+            p.grad = g
+        optimizer.step()
+
+
+def grad_summed_added(model, loss_fn, optimizer, micro_batches, k):
+    """Not accumulation: the same, added into .grad (kept at zeros by zero_grad(set_to_none=False))."""
+    params = list(model.parameters())
+    optimizer.zero_grad(set_to_none=False)
+    for group in (micro_batches[s:s + k] for s in range(0, len(micro_batches), k)):
+        losses = [loss_fn(model(x), y) * len(x) / sum(len(xg) for xg, _ in group) for x, y in group]
+        _add_into_grad(params, torch.autograd.grad(torch.stack(losses).sum(), params))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+
+
+def grad_per_micro_batch(model, loss_fn, optimizer, micro_batches, k):
+    """Accumulation by hand: torch.autograd.grad once per micro-batch, each result added into .grad."""
+    params, n = list(model.parameters()), len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        _add_into_grad(params, torch.autograd.grad(loss_fn(model(x), y) * _share(x, micro_batches, i, k), params))
+        if _end_of_group(i, n, k):
+            optimizer.step()
+            optimizer.zero_grad()
+
+
 WRONG_LOOPS = {
     "seed's (i - 1) % k": (loop(step_when=lambda i, n, k: (i - 1) % k == 0, scale="k"), "(i - 1) % k == 0"),
     "i % k == 0": (loop(step_when=lambda i, n, k: i % k == 0), "i % k == 0 is true at i = 0"),
@@ -189,6 +226,10 @@ WRONG_LOOPS = {
     "k hard-coded to 10": (hard_coded_k, "full-batch training steps after 4, 8, 12"),
     "n hard-coded to 25": (hard_coded_n, "never reach an optimizer step"),
     "logging forward with gradients": (grad_logging_forward, "ran the model 50 times with gradients on"),
+    "summed losses, one autograd.grad, assigned to .grad": (
+        grad_summed_assigned, "one torch.autograd.grad call went through the losses of 10 micro-batches"),
+    "summed losses, one autograd.grad, added into .grad": (
+        grad_summed_added, "one torch.autograd.grad call went through the losses of 10 micro-batches"),
 }
 
 
@@ -199,9 +240,32 @@ def test_04_wrong_loops_fail_with_the_hint_for_their_mistake(name):
     assert _is_wrong_with(fb, words), fb.message
 
 
+def test_04_autograd_grad_loop_hint_says_to_compute_once_per_micro_batch():
+    fb = ex04.check_training_loop(grad_summed_assigned)
+    assert _is_wrong_with(fb, "once per micro-batch") and "does not undo that" in fb.message, fb.message
+
+
+def test_record_passes_delimits_autograd_grad_calls_too():
+    """One torch.autograd.grad call is one gradient computation, though it never reaches .grad."""
+    from autograd_lab.accumulation import record_passes
+
+    model = nn.Linear(3, 1)
+    params = list(model.parameters())
+    xs = [torch.randn(4, 3) for _ in range(3)]
+    with record_passes(model) as log:
+        for x in xs:
+            torch.autograd.grad(model(x).pow(2).mean(), params)
+        torch.autograd.grad(sum(model(x).pow(2).mean() for x in xs), params)
+        (model.weight ** 2).sum().backward()  # a penalty's own backward goes through no output: not a pass
+        sum(model(x).pow(2).mean() for x in xs).backward()
+    assert log.outputs_per_backward == [1, 1, 1, 3, 3]
+    assert log.pass_kinds == ["torch.autograd.grad call"] * 4 + ["backward()"]
+    assert log.widest_pass_kind == "torch.autograd.grad call"
+
+
 def test_04_non_accumulating_loops_have_the_right_gradient_and_still_fail():
     """The reason they need their own detection: compared by numbers alone, they are full-batch training."""
-    for fn in (summed_losses, concatenated_outputs):
+    for fn in (summed_losses, concatenated_outputs, grad_summed_assigned, grad_summed_added):
         batches, model = ex04._data(25, 4, 4, 0)
         ref, _ = ex04._reference(model, batches, 10)
         run = ex04._run_learner(fn, model, batches, 10)
@@ -219,6 +283,7 @@ RIGHT_LOOPS = {
     "groups cut first": by_groups,
     "extra logging forward under no_grad": loop(logging="no_grad"),
     "extra logging forward in inference mode": loop(logging="inference_mode"),
+    "torch.autograd.grad per micro-batch, added into .grad": grad_per_micro_batch,
 }
 
 
@@ -368,6 +433,17 @@ def update_concatenated(model, opt, x, y, k):
     opt.step()
 
 
+def update_grad_summed(model, opt, x, y, k):
+    """Not accumulation: one torch.autograd.grad over the summed micro-batch losses, assigned to .grad."""
+    opt.zero_grad()
+    params = list(model.parameters())
+    loss = sum(_scaled_loss(model, xb, yb, x) for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)))
+    for p, g in zip(params, torch.autograd.grad(loss, params)):
+        p.grad = g
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    opt.step()
+
+
 def update_without_step(model, opt, x, y, k):
     opt.zero_grad()
     for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
@@ -382,17 +458,19 @@ def update_does_nothing(model, opt, x, y, k):
 @pytest.mark.parametrize("update, words", [
     (update_summed, "one backward() went through the forward passes of"),
     (update_concatenated, "one backward() went through the forward passes of"),
+    (update_grad_summed, "one torch.autograd.grad call went through the forward passes of"),
     (update_without_step, "never calls opt.step()"),
     (update_does_nothing, "never calls opt.step()"),
-], ids=["summed-losses", "concatenated-outputs", "no-step", "does-nothing"])
+], ids=["summed-losses", "concatenated-outputs", "summed-losses-autograd-grad", "no-step", "does-nothing"])
 def test_05_update_wrong_answers_get_their_hint(update, words):
     fb = ex05.check_accumulated_update(update)
     assert _is_wrong_with(fb, words), fb.message
 
 
-def test_05_summed_update_lands_on_the_right_parameters_and_still_fails():
-    assert ex05._run(ex05._mlp, ex05.full_batch_reference, update_summed, 4) < 1e-4
-    assert not ex05.check_accumulated_update(update_summed).passed
+@pytest.mark.parametrize("update", [update_summed, update_grad_summed], ids=["backward", "autograd-grad"])
+def test_05_summed_update_lands_on_the_right_parameters_and_still_fails(update):
+    assert ex05._run(ex05._mlp, ex05.full_batch_reference, update, 4) < 1e-4
+    assert not ex05.check_accumulated_update(update).passed
 
 
 def update_penalty_once(model, opt, x, y, k):
@@ -424,8 +502,19 @@ def update_summed_reduction(model, opt, x, y, k):
     opt.step()
 
 
-@pytest.mark.parametrize("update", [update_penalty_once, update_zero_at_the_end_with_logging, update_summed_reduction],
-                         ids=["penalty-once", "zero-at-end-and-logging", "sum-reduction"])
+def update_grad_per_micro_batch(model, opt, x, y, k):
+    """Accumulation by hand: torch.autograd.grad once per micro-batch, each result added into .grad."""
+    opt.zero_grad()
+    params = list(model.parameters())
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        _add_into_grad(params, torch.autograd.grad(_scaled_loss(model, xb, yb, x), params))
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    opt.step()
+
+
+@pytest.mark.parametrize("update", [update_penalty_once, update_zero_at_the_end_with_logging, update_summed_reduction,
+                                    update_grad_per_micro_batch],
+                         ids=["penalty-once", "zero-at-end-and-logging", "sum-reduction", "autograd-grad-per-micro"])
 def test_05_update_right_answers_written_differently_pass(update):
     fb = ex05.check_accumulated_update(update)
     assert fb.passed, fb.message

@@ -618,29 +618,57 @@ class PassLog:
 
     ``forward_sizes``: the batch size of each forward pass that built a graph (gradients enabled);
     ``untracked_forwards``: forward passes that built none (``torch.no_grad()``, inference mode);
-    ``outputs_per_backward``: for each backward pass that reached the model's first parameter, how many
-    of those forward outputs it went through. A true accumulation loop gives 1 each time: one graph
-    alive at a time. More than 1 means several micro-batches' graphs were kept alive for one backward.
+    ``outputs_per_backward``: for each gradient computation (a ``backward()`` or a ``torch.autograd.grad``
+    call) that went through the model's outputs, how many of those forward outputs it went through. A true
+    accumulation loop gives 1 each time: one graph alive at a time. More than 1 means several micro-batches'
+    graphs were kept alive for one gradient computation. ``pass_kinds``: for each of them, "backward()" when
+    it accumulated into the first parameter's ``.grad``, else "torch.autograd.grad call" (which returns the
+    gradients instead).
     """
 
     forward_sizes: list = field(default_factory=list)
     untracked_forwards: int = 0
     outputs_per_backward: list = field(default_factory=list)
+    pass_kinds: list = field(default_factory=list)
     _reached: int = field(default=0, repr=False)
+    _accumulated: bool = field(default=False, repr=False)
 
     @property
     def most_outputs_per_backward(self) -> int:
         return max(self.outputs_per_backward, default=0)
 
+    @property
+    def widest_pass_kind(self) -> str:
+        """How the gradient computation that went through the most outputs was called ("backward()" if none)."""
+        if not self.outputs_per_backward:
+            return "backward()"
+        return self.pass_kinds[self.outputs_per_backward.index(self.most_outputs_per_backward)]
+
+
+def _queue_at_end_of_backward(callback):
+    """Run ``callback`` when the gradient computation now running ends (``backward()`` and ``autograd.grad``)."""
+    torch.autograd.Variable._execution_engine.queue_callback(callback)
+
 
 @contextlib.contextmanager
 def record_passes(model: nn.Module):
-    """Record the forward and backward passes of ``model`` while the block runs; yields a ``PassLog``."""
+    """Record the forward and backward passes of ``model`` while the block runs; yields a ``PassLog``.
+
+    A gradient computation is delimited by autograd itself (a callback queued for its end), so one
+    ``torch.autograd.grad`` call over several micro-batches' losses is seen as one, like one ``backward()``.
+    """
     log = PassLog()
     first = next((p for p in model.parameters() if p.requires_grad), None)
 
+    def end_of_pass():
+        if log._reached:  # the first output's callback closes the pass; the others find nothing left
+            log.outputs_per_backward.append(log._reached)
+            log.pass_kinds.append("backward()" if log._accumulated else "torch.autograd.grad call")
+            log._reached, log._accumulated = 0, False
+
     def output_reached(grad):
         log._reached += 1
+        _queue_at_end_of_backward(end_of_pass)
 
     def after_forward(module, args, out):
         if isinstance(out, torch.Tensor) and out.requires_grad:
@@ -651,8 +679,8 @@ def record_passes(model: nn.Module):
             log.untracked_forwards += 1
 
     def after_accumulation(param):
-        log.outputs_per_backward.append(log._reached)
-        log._reached = 0
+        if log._reached:  # a pass through the outputs (not, say, a penalty's own backward) reached .grad
+            log._accumulated = True
 
     handles = [model.register_forward_hook(after_forward)]
     if first is not None:

@@ -17,6 +17,7 @@ from torch.nn.functional import mse_loss
 
 from ..accumulation import record_passes
 from . import Feedback, correct, describe_error, is_unanswered, malformed, never_raises, unanswered, wrong
+from .gradient_accumulation import wide_pass_hint
 
 __all__ = [
     "IN_FEATURES",
@@ -259,12 +260,20 @@ def _explain_passes(log, steps, k, n=24):
             f"your model saw a forward pass of all {n} samples; run k = {k} micro-batches of "
             "x.tensor_split(k) instead, one backward() each."
         )
-    if log.most_outputs_per_backward > 1:
+    many, kind = log.most_outputs_per_backward, log.widest_pass_kind
+    if many > 1:
+        if kind == "backward()":
+            return wrong(
+                f"with k = {k}, one backward() went through the forward passes of {many} "
+                "micro-batches (their losses added up, or their outputs concatenated, before backward()). The "
+                "gradient can come out right, but every one of those graphs stays alive until that backward(), "
+                "so nothing is saved: call backward() on each micro-batch's loss inside the loop."
+            )
         return wrong(
-            f"with k = {k}, one backward() went through the forward passes of {log.most_outputs_per_backward} "
-            "micro-batches (their losses added up, or their outputs concatenated, before backward()). The "
-            "gradient can come out right, but every one of those graphs stays alive until that backward(), "
-            "so nothing is saved: call backward() on each micro-batch's loss inside the loop."
+            f"with k = {k}, one torch.autograd.grad call went through the forward passes of {many} micro-batches "
+            "(their losses added up, or their outputs concatenated, before the call). The gradient can come out "
+            "right, but every one of those graphs stays alive until that call, so nothing is saved. "
+            + wide_pass_hint(kind)
         )
     if steps == 0:
         return wrong("your function never calls opt.step(): the parameters do not move. Step once, after the loop.")

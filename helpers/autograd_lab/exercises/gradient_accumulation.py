@@ -171,35 +171,62 @@ class _Problem:
         return max(self.size, self.last)
 
 
-def _explain_passes(p: _Problem, run: _LearnerRun):
-    """A loop that runs the model too often, on too much, or keeps several graphs alive for one backward()."""
-    sizes, log = run.passes.forward_sizes, run.passes
-    if sizes and max(sizes) > p.largest:
+def wide_pass_hint(kind: str) -> str:
+    """How to fix one gradient computation (``kind``, as ``PassLog.pass_kinds`` names it) that went through the
+    forward outputs of several micro-batches."""
+    if kind == "backward()":
+        return ("Call backward() on each micro-batch's scaled loss right after its forward pass; .grad does the "
+                "adding.")
+    return ("Assigning the result to .grad or adding it there afterwards does not undo that: compute the gradient "
+            "once per micro-batch, right after its forward pass, with backward() on its scaled loss (.grad does "
+            "the adding) or with torch.autograd.grad on it, adding each result into .grad.")
+
+
+def pass_mistake(setting: str, log, *, micro_batches: int, largest: int, forwards: int, loss_sizes=None):
+    """A loop that runs the model too often, on too much, or keeps several graphs alive for one gradient
+    computation: the wrong ``Feedback`` naming it, or None.
+
+    ``log``: the ``PassLog`` of one epoch (``record_passes``); ``micro_batches``: how many the epoch had;
+    ``largest``: the most samples a micro-batch holds; ``forwards``: the forward passes with gradients that
+    epoch; ``loss_sizes``: how many samples each loss call compared, when the loss was watched (None if not).
+    Notebook 08's loop check uses it too.
+    """
+    sizes = log.forward_sizes
+    if sizes and max(sizes) > largest:
         return wrong(
-            f"{p.setting}, your model ran on {max(sizes)} samples at once, more than a micro-batch holds "
-            f"({p.largest}): a forward pass over concatenated micro-batches is full-batch training and keeps the "
+            f"{setting}, your model ran on {max(sizes)} samples at once, more than a micro-batch holds "
+            f"({largest}): a forward pass over concatenated micro-batches is full-batch training and keeps the "
             "whole group's activations. Run model(x) on each micro-batch on its own and backward() its scaled loss."
         )
-    if run.forwards[0] != p.n:
+    if forwards != micro_batches:
         extra = (" (forward passes under torch.no_grad() do not count: they build no graph)"
                  if log.untracked_forwards else "")
         return wrong(
-            f"{p.setting}, your function ran the model {run.forwards[0]} times with gradients on{extra}; an epoch "
+            f"{setting}, your function ran the model {forwards} times with gradients on{extra}; an epoch "
             "of accumulation runs it once per micro-batch (model(x) for each (x, y) in micro_batches)."
         )
-    many = log.most_outputs_per_backward
+    many, kind = log.most_outputs_per_backward, log.widest_pass_kind
     if many > 1:
-        if run.loss_sizes and max(run.loss_sizes) > p.largest:
+        before = "backward()" if kind == "backward()" else "the call"
+        if loss_sizes and max(loss_sizes) > largest:
             how = f"you concatenated the outputs of {many} micro-batches into one loss"
+        elif loss_sizes is None:
+            how = (f"one {kind} went through the forward passes of {many} micro-batches (their losses added up, "
+                   f"or their outputs concatenated, before {before})")
         else:
-            how = f"one backward() went through the losses of {many} micro-batches (added up before backward())"
+            how = f"one {kind} went through the losses of {many} micro-batches (added up before {before})"
         return wrong(
-            f"{p.setting}, {how}. The gradient comes out right, but each of those micro-batches keeps its graph, "
-            "saved activations included, alive until that backward(): the memory is the whole group's and "
-            "accumulation saves nothing. Call backward() on each micro-batch's scaled loss right after its "
-            "forward pass; .grad does the adding."
+            f"{setting}, {how}. The gradient comes out right, but each of those micro-batches keeps its graph, "
+            f"saved activations included, alive until that {kind}: the memory is the whole group's and "
+            f"accumulation saves nothing. {wide_pass_hint(kind)}"
         )
     return None
+
+
+def _explain_passes(p: _Problem, run: _LearnerRun):
+    """A loop that runs the model too often, on too much, or keeps several graphs alive for one backward()."""
+    return pass_mistake(p.setting, run.passes, micro_batches=p.n, largest=p.largest, forwards=run.forwards[0],
+                        loss_sizes=run.loss_sizes)
 
 
 def _explain_positions(p: _Problem, positions):
