@@ -565,6 +565,17 @@ class OwnModel(nn.Module):
         return self.fc2(torch.tanh(self.norm(self.fc1(x))))
 
 
+class FunctionalDropout(nn.Module):
+    """Dropout written by hand, F.dropout in forward: no Dropout module to see, but random draws all the same."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.norm, self.fc2 = nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.fc2(F.dropout(torch.tanh(self.norm(self.fc1(x))), 0.5, training=self.training))
+
+
 WRONG_MODELS = {
     "BatchNorm": (lambda: nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1)),
                   "BatchNorm"),
@@ -582,6 +593,11 @@ WRONG_MODELS = {
     "constant output": (ConstantOutput, "same output for every sample"),
     "two dropout layers": (lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Dropout(0.5),
                                                  nn.Linear(16, 16), nn.Dropout(0.5), nn.Linear(16, 1)), "dropout"),
+    # One dropout layer matches on one seed only because this CPU generator draws in the same order (notebook 05:
+    # "guaranteed only in distribution"); without its own check it was graded "Correct".
+    "one dropout layer": (lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Tanh(), nn.Dropout(0.5),
+                                                nn.Linear(16, 1)), "Dropout(p=0.5) in training mode"),
+    "dropout by hand": (FunctionalDropout, "draws random numbers"),
     "two outputs": (lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 2)), "(N, 1)"),
     "wrong input size": (lambda: nn.Sequential(nn.Linear(3, 16), nn.LayerNorm(16), nn.Linear(16, 1)), "raised"),
 }
@@ -602,6 +618,8 @@ RIGHT_MODELS = {
     "LayerNorm without affine": lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16, elementwise_affine=False),
                                                       nn.Tanh(), nn.Linear(16, 1)),
     "own module and own norm": OwnModel,
+    "a Dropout(0) that drops nothing": lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Tanh(),
+                                                              nn.Dropout(0.0), nn.Linear(16, 1)),
 }
 
 

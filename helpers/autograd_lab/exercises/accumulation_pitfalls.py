@@ -338,18 +338,20 @@ def _is_norm(module):
 
 
 def _leaf_calls(model, x):
-    """The leaf modules one forward pass calls, in order, with the tensor each got and gave."""
+    """The leaf modules one forward pass calls, in order, with the tensor each got and gave, its output, and
+    whether it drew from torch's (CPU) random stream: dropout, or anything random written by hand."""
     calls = []
     leaves = [m for m in model.modules() if not list(m.children())]
     handles = [m.register_forward_hook(lambda mod, args, out: calls.append((mod, args[0] if args else None, out)))
                for m in leaves]
+    state = torch.get_rng_state()
     try:
         with torch.no_grad():
             out = model(x)
     finally:
         for h in handles:
             h.remove()
-    return calls, out
+    return calls, out, not torch.equal(state, torch.get_rng_state())
 
 
 def _spread(t):
@@ -398,6 +400,24 @@ def _explain_structure(model, calls, out):
     return None
 
 
+def _explain_random(calls, draws):
+    """A model whose training-mode forward pass draws random numbers (dropout) matches only in distribution."""
+    dropouts = [m for m, _, _ in calls if isinstance(m, nn.modules.dropout._DropoutNd) and m.training and m.p > 0]
+    if not dropouts and not draws:
+        return None
+    if dropouts:
+        lead = (f"your model has an active {type(dropouts[0]).__name__}(p={dropouts[0].p:g}) in training mode: "
+                "its masks are random draws")
+    else:
+        lead = "your model's forward pass draws random numbers in training mode (dropout written by hand, or noise)"
+    return wrong(
+        f"{lead}, so k micro-batches are guaranteed to match the full batch only in distribution. An exact match "
+        "on one seed (as with a single dropout layer on this CPU generator) is an accident of the draw order, "
+        "which another device or PyTorch release may change. The exercise asks for an update that is equal by "
+        "construction: leave dropout out (per-sample layers only)."
+    )
+
+
 @never_raises
 def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
     """Exercise 3: ``answer()`` builds a model Linear(8, 16) -> a normalization -> ... -> 1 output whose
@@ -414,7 +434,7 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
         model = answer()
         if not isinstance(model, nn.Module):
             return malformed(f"your function should return an nn.Module; it returned {type(model).__name__}.")
-        calls, out = _leaf_calls(model.train(), torch.randn(_PROBE, IN_FEATURES))
+        calls, out, draws = _leaf_calls(model.train(), torch.randn(_PROBE, IN_FEATURES))
     except Exception as err:
         return wrong(f"building your model or running it on {_PROBE} samples of {IN_FEATURES} features raised "
                      f"{describe_error(err)}")
@@ -422,6 +442,8 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         return wrong(f"the model should map (N, {IN_FEATURES}) to (N, 1); it gave {shape} for N = {_PROBE}.")
     fb = _explain_structure(model, calls, out)
+    if fb is None:
+        fb = _explain_random(calls, draws)
     if fb is not None:
         return fb
 
