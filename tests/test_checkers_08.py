@@ -99,7 +99,27 @@ def counts_updates(model, optimizer, scheduler, micro_batches, k):
             pending = []
 
 
-@pytest.mark.parametrize("loop", [solution, by_groups, counts_updates])
+def grad_per_micro_batch(model, optimizer, scheduler, micro_batches, k):
+    """Written differently: torch.autograd.grad once per micro-batch, each result added into .grad."""
+    params, n = list(model.parameters()), len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        grads = torch.autograd.grad(F.mse_loss(model(x), y) * _share(micro_batches, i, k, x), params)
+        for p, g in zip(params, grads):
+            p.grad = g if p.grad is None else p.grad + g
+        if (i + 1) % k == 0 or i + 1 == n:
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+
+
+def logs_without_gradients(model, optimizer, scheduler, micro_batches, k):
+    """Written differently: a gradient-free forward over each micro-batch, for a log, besides the solution's."""
+    solution(model, optimizer, scheduler, micro_batches, k)
+    with torch.no_grad():
+        [F.mse_loss(model(x), y).item() for x, y in micro_batches]
+
+
+@pytest.mark.parametrize("loop", [solution, by_groups, counts_updates, grad_per_micro_batch, logs_without_gradients])
 def test_scheduled_loop_right_answers_pass(loop):
     fb = ex.check_scheduled_loop(loop)
     assert fb.passed, fb
@@ -140,6 +160,93 @@ def make_loop(*, sched="update", opt="group", scale="share", zero=True):
 def test_scheduled_loop_wrong_answers_get_their_hint(loop, words):
     fb = ex.check_scheduled_loop(loop)
     assert _wrong_with(fb, words), fb
+
+
+def _groups(micro_batches, k):
+    return [micro_batches[s:s + k] for s in range(0, len(micro_batches), k)]
+
+
+def full_batch(model, optimizer, scheduler, micro_batches, k):
+    """Not accumulation: each group's micro-batches concatenated into one forward pass."""
+    for group in _groups(micro_batches, k):
+        x, y = torch.cat([x for x, _ in group]), torch.cat([y for _, y in group])
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+
+
+def summed_losses(model, optimizer, scheduler, micro_batches, k):
+    """Not accumulation: one backward() over the group's summed micro-batch losses."""
+    for group in _groups(micro_batches, k):
+        total = sum(len(x) for x, _ in group)
+        sum(F.mse_loss(model(x), y, reduction="sum") / total for x, y in group).backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+
+
+def concatenated_outputs(model, optimizer, scheduler, micro_batches, k):
+    """Not accumulation: the group's outputs concatenated into one loss."""
+    for group in _groups(micro_batches, k):
+        out = torch.cat([model(x) for x, _ in group])
+        F.mse_loss(out, torch.cat([y for _, y in group])).backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+
+
+def grad_summed(model, optimizer, scheduler, micro_batches, k):
+    """Not accumulation: one torch.autograd.grad over the group's summed losses, assigned to .grad."""
+    params = list(model.parameters())
+    for group in _groups(micro_batches, k):
+        total = sum(len(x) for x, _ in group)
+        grads = torch.autograd.grad(sum(F.mse_loss(model(x), y, reduction="sum") / total for x, y in group), params)
+        for p, g in zip(params, grads):
+            p.grad = g
+        optimizer.step()
+        scheduler.step()
+
+
+def grad_logging_forward(model, optimizer, scheduler, micro_batches, k):
+    """A logging forward with gradients on builds a second graph per micro-batch."""
+    n = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        (F.mse_loss(model(x), y) * _share(micro_batches, i, k, x)).backward()
+        F.mse_loss(model(x), y).item()
+        if (i + 1) % k == 0 or i + 1 == n:
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+
+
+NOT_ACCUMULATING = {
+    "full batch": (full_batch, "ran on 12 samples at once"),
+    "summed losses": (summed_losses, "one backward() went through the forward passes of 3 micro-batches"),
+    "concatenated outputs": (concatenated_outputs, "one backward() went through the forward passes of 3"),
+    "summed losses, autograd.grad": (grad_summed, "one torch.autograd.grad call went through the forward passes"),
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_ACCUMULATING))
+def test_scheduled_loop_that_does_not_accumulate_fails_with_its_hint(name):
+    loop, words = NOT_ACCUMULATING[name]
+    fb = ex.check_scheduled_loop(loop)
+    assert _wrong_with(fb, words), fb
+
+
+@pytest.mark.parametrize("name", list(NOT_ACCUMULATING))
+def test_scheduled_loop_that_does_not_accumulate_has_the_right_schedule_and_weights(name):
+    """Why it needs the pass checks: by its steps, learning rates and weights alone, it is right."""
+    loop, _ = NOT_ACCUMULATING[name]
+    for seed, (n, k, size) in enumerate(ex._SCENARIOS):
+        rec, same, _ = ex._run(loop, n, k, size, seed)
+        assert ex._explain_schedule(rec, n, k) is None and same
+
+
+def test_scheduled_loop_with_a_logging_forward_on_gradients_is_told_so():
+    fb = ex.check_scheduled_loop(grad_logging_forward)
+    assert _wrong_with(fb, "ran the model 14 times with gradients on"), fb
 
 
 def test_scheduled_loop_own_scheduler_is_caught():

@@ -4,8 +4,9 @@
   epochs take for 50 micro-batches and k = 8; groups never span an epoch's end.
 - ``check_scheduled_loop(train_epoch)``: the learner's fix of a loop whose learning-rate scheduler
   steps once per micro-batch. The loop runs on small problems with a recording optimizer and
-  scheduler; the check compares the learning rate each update used, the step counts and order, and
-  the weights with a reference.
+  scheduler; the check first refuses, with notebook 04's checks, a loop that does not accumulate (one
+  forward over a whole group, one backward over several micro-batches), then compares the learning
+  rate each update used, the step counts and order, and the weights with a reference.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import warnings
 import torch
 from torch import nn
 
+from ..accumulation import record_passes
 from . import Feedback, as_int, correct, describe_error, is_unanswered, malformed, never_raises, unanswered, wrong
+from .gradient_accumulation import pass_mistake
 
 __all__ = ["check_updates_per_epoch", "check_scheduled_loop", "UPDATES_TASK", "lr_factor"]
 
@@ -137,11 +140,11 @@ def _run(train_epoch, n, k, size, seed):
     model, batches = _problem(n, size, seed)
     expected = _reference_weights(model, batches, k)
     rec = _Recorder(model)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), record_passes(model) as passes:
         warnings.simplefilter("ignore")  # PyTorch's order warning: the feedback names the mistake itself
         train_epoch(model, rec.optimizer, rec.scheduler, batches, k)
     same = all(torch.allclose(p.detach(), e, rtol=1e-4, atol=1e-6) for p, e in zip(model.parameters(), expected))
-    return rec, same
+    return rec, same, passes
 
 
 def _explain_schedule(rec, n, k):
@@ -178,9 +181,15 @@ def check_scheduled_loop(train_epoch) -> Feedback:
         return malformed(f"the function must take five arguments: {_SIGNATURE}.")
     for seed, (n, k, size) in enumerate(_SCENARIOS):
         try:
-            rec, same = _run(train_epoch, n, k, size, seed)
+            rec, same, passes = _run(train_epoch, n, k, size, seed)
         except Exception as err:  # noqa: BLE001 -- the learner's loop can raise anything
             return malformed(f"your loop raised {describe_error(err)} (n = {n} micro-batches, k = {k}).")
+        # Notebook 04's checks first: a loop that does not accumulate (a forward pass over a whole group, or one
+        # backward() over several micro-batches' losses) gets the full-batch numbers and must not pass.
+        fb = pass_mistake(f"With n = {n} micro-batches and k = {k}", passes, micro_batches=n, largest=size,
+                          forwards=len(passes.forward_sizes))
+        if fb is not None:
+            return fb
         problem = _explain_schedule(rec, n, k)
         if problem is None and not same:
             problem = (f"the steps and the learning rates are right, but the weights differ from one SGD step per "
