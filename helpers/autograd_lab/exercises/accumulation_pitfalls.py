@@ -262,18 +262,11 @@ def _explain_passes(log, steps, k, n=24):
         )
     many, kind = log.most_outputs_per_backward, log.widest_pass_kind
     if many > 1:
-        if kind == "backward()":
-            return wrong(
-                f"with k = {k}, one backward() went through the forward passes of {many} "
-                "micro-batches (their losses added up, or their outputs concatenated, before backward()). The "
-                "gradient can come out right, but every one of those graphs stays alive until that backward(), "
-                "so nothing is saved: call backward() on each micro-batch's loss inside the loop."
-            )
+        before = "backward()" if kind == "backward()" else "the call"
         return wrong(
-            f"with k = {k}, one torch.autograd.grad call went through the forward passes of {many} micro-batches "
-            "(their losses added up, or their outputs concatenated, before the call). The gradient can come out "
-            "right, but every one of those graphs stays alive until that call, so nothing is saved. "
-            + wide_pass_hint(kind)
+            f"with k = {k}, one {kind} went through the forward passes of {many} micro-batches (their losses added "
+            f"up, or their outputs concatenated, before {before}). The gradient can come out right, but every one "
+            f"of those graphs stays alive until that {kind}, so nothing is saved. " + wide_pass_hint(kind)
         )
     if steps == 0:
         return wrong("your function never calls opt.step(): the parameters do not move. Step once, after the loop.")
