@@ -66,15 +66,33 @@ def use_ipc(kernel_manager):
     return kernel_manager
 
 
+class SteadyKernel:
+    """A mixin for an nbclient ``NotebookClient`` (or a subclass, such as nbgrader's ``Execute``): its kernel
+    talks over IPC and its shell channel polls steadily.
+
+    Both ways in are covered: ``execute()`` (async, ``async_setup_kernel``) and ``setup_kernel()`` (sync, which
+    nbconvert's ``ExecutePreprocessor.preprocess`` -- and so nbgrader's autograde -- and ``make bench`` use).
+    NotebookClient binds ``start_new_kernel_client = run_sync(async_start_new_kernel_client)`` to *its own*
+    coroutine, so overriding the coroutine alone leaves the sync way with the long polls of nbclient#312.
+    """
+
+    def create_kernel_manager(self):
+        return use_ipc(super().create_kernel_manager())
+
+    async def async_start_new_kernel_client(self):
+        return steady_shell(await super().async_start_new_kernel_client())
+
+    def start_new_kernel_client(self):
+        from jupyter_core.utils import run_sync
+
+        return run_sync(self.async_start_new_kernel_client)()
+
+
 def notebook_client(nb, **kwargs):
     """An nbclient ``NotebookClient`` whose kernel talks over IPC and whose shell channel polls steadily."""
     from nbclient import NotebookClient
 
-    class SteadyNotebookClient(NotebookClient):
-        def create_kernel_manager(self):
-            return use_ipc(super().create_kernel_manager())
-
-        async def async_start_new_kernel_client(self):
-            return steady_shell(await super().async_start_new_kernel_client())
+    class SteadyNotebookClient(SteadyKernel, NotebookClient):
+        pass
 
     return SteadyNotebookClient(nb, **kwargs)

@@ -37,18 +37,14 @@ from nbgrader.preprocessors import Execute  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: the tools package
 try:
-    from tools.kernels import steady_shell, use_ipc
+    from tools.kernels import SteadyKernel
 except ImportError:
-    steady_shell = use_ipc = None
+    SteadyKernel = None
 
-if steady_shell is not None:
+if SteadyKernel is not None:
 
-    class SteadyExecute(Execute):
-        def create_kernel_manager(self):
-            return use_ipc(super().create_kernel_manager())
-
-        async def async_start_new_kernel_client(self):
-            return steady_shell(await super().async_start_new_kernel_client())
+    class SteadyExecute(SteadyKernel, Execute):
+        """nbgrader's Execute, its kernel on IPC with steady shell polls (autograde takes the sync way in)."""
 
     c.Autograde.autograde_preprocessors = [
         SteadyExecute if pp is Execute else pp for pp in Autograde.class_traits()["autograde_preprocessors"].default()
