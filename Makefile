@@ -77,9 +77,9 @@ lab: setup
 chromium:
 	@$(PY) -m tools chromium
 
+# The browser tests run beside the rest (tools/run_tests.py; SERIAL=1 runs them after it, output live).
 test: setup-test chromium
-	$(PY) -m pytest -m "not browser" -n $(JOBS) --dist loadscope tests notebooks
-	$(PY) -m pytest -m browser tests
+	$(PY) -m tools test --jobs $(JOBS) $(if $(SERIAL),--serial)
 
 test-fast: setup-test
 	$(PY) -m pytest -m "not browser" -n $(JOBS) tests

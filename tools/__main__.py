@@ -13,6 +13,7 @@ COMMANDS = {  # command: (module, what it does)
     "graphviz": ("ensure_graphviz", "make sure Graphviz's dot works: install it as root on Debian, else say how"),
     "chromium": ("ensure_chromium", "make sure the browser tests have a Chromium, the same way"),
     "lab-settings": ("lab_settings", "install the course's JupyterLab defaults into a virtual environment"),
+    "test": ("run_tests", "the unit tests and nbval, with the browser tests beside them (make test)"),
     "pythons": ("other_pythons", "the non-browser suite on other supported Pythons (make test-pythons)"),
 }
 

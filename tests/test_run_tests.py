@@ -1,0 +1,32 @@
+"""tools/run_tests.py: make test's two suites side by side, one verdict, the browser log printed after."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tools import run_tests
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+@pytest.mark.parametrize("rest_code, browser_code, verdict", [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 1)])
+def test_the_verdict_needs_both_suites(tmp_path, monkeypatch, capfd, rest_code, browser_code, verdict):
+    monkeypatch.setattr(run_tests, "LOG", tmp_path / "browser-tests.log")
+    monkeypatch.setattr(run_tests, "ROOT", tmp_path)
+    rest = py(f"print('REST RAN'); raise SystemExit({rest_code})")
+    browser = py(f"import time; time.sleep(0.3); print('BROWSER RAN'); raise SystemExit({browser_code})")
+    assert run_tests.side_by_side(rest, browser) == verdict
+    out = capfd.readouterr().out
+    assert out.index("REST RAN") < out.index("BROWSER RAN"), "the browser suite's output comes after, in one piece"
+    assert ("browser tests passed" if browser_code == 0 else "browser tests FAILED") in out
+    assert ("unit tests and nbval passed" if rest_code == 0 else "unit tests and nbval FAILED") in out
+
+
+def test_make_test_runs_both_suites_over_the_whole_course():
+    rest, browser = run_tests.commands(2)
+    assert rest[-2:] == ["tests", "notebooks"] and "not browser" in rest and "loadscope" in rest
+    assert browser[-3:] == ["-m", "browser", "tests"]

@@ -1,0 +1,83 @@
+"""``make test``'s two suites side by side: the browser tests next to the rest (unit tests and nbval).
+
+On their own the browser tests keep less than one core busy (157 s of CPU in 201 s here: they wait on
+JupyterLab, Chromium and the kernel), while the rest keeps two busy in bursts. One after the other the two
+suites took 204 s + 201 s on 2 cores; side by side, 315 to 385 s for both (three runs). The rest prints as
+it runs; the browser suite's output goes to ``test-artifacts/browser-tests.log`` and is printed when both
+are done, so the two never interleave.
+
+``python -m tools test [--jobs N] [--serial]``: exit status 0 only when both suites pass. ``--serial`` runs
+them one after the other, as before (for a slow machine, or to read the browser tests' output live).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = ROOT / "test-artifacts" / "browser-tests.log"
+
+
+def commands(jobs: int) -> tuple[list[str], list[str]]:
+    pytest = [sys.executable, "-m", "pytest"]
+    rest = [*pytest, "-m", "not browser", "-n", str(jobs), "--dist", "loadscope", "tests", "notebooks"]
+    browser = [*pytest, "-m", "browser", "tests"]
+    return rest, browser
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+
+def side_by_side(rest: list[str], browser: list[str]) -> int:
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    print(f"make test: the browser tests run beside the rest; their output: {LOG.relative_to(ROOT)}", flush=True)
+    with open(LOG, "w") as log:
+        side = subprocess.Popen(browser, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            rest_code = subprocess.call(rest, cwd=ROOT)
+            rest_s = time.monotonic() - start
+            if side.poll() is None:
+                print("\nmake test: waiting for the browser tests ...", flush=True)
+            browser_code = side.wait()
+        finally:  # Ctrl-C or an error here: the browser suite does not outlive make test
+            _stop(side)
+    print(f"\n{'=' * 30} browser tests (JupyterLab in Chromium) {'=' * 30}", flush=True)
+    sys.stdout.write(LOG.read_text())
+    print(f"\nmake test: unit tests and nbval {'passed' if rest_code == 0 else 'FAILED'} ({rest_s:.0f} s); "
+          f"browser tests {'passed' if browser_code == 0 else 'FAILED'}; {time.monotonic() - start:.0f} s in all",
+          flush=True)
+    return 0 if rest_code == 0 and browser_code == 0 else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers for the unit tests and nbval")
+    parser.add_argument("--serial", action="store_true", help="the browser tests after the rest, output live")
+    args = parser.parse_args(argv)
+    rest, browser = commands(args.jobs)
+    if args.serial:
+        first = subprocess.call(rest, cwd=ROOT)
+        return 1 if subprocess.call(browser, cwd=ROOT) or first else 0
+    return side_by_side(rest, browser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
