@@ -3,8 +3,8 @@
 Parts (all by default; choose with --parts):
   notebooks  each notebook executed in a fresh kernel, median wall time over --runs, against the floor
              (a fresh kernel that only imports torch and autograd_lab), measured in the same run
-  claims     the timing claims the notebooks' prose makes (TIMING_CLAIMS), checked in each run's kernel on
-             the notebook's own measurements, right after the cell that made them
+             and, in each run's kernel, the timing claims the notebooks' prose makes (TIMING_CLAIMS), checked
+             on the notebook's own measurements right after the cell that made them
   widgets    each widget's callback, timed through the widget's fixed-input call, display (graph rendering) included
   nbval      the whole nbval suite, as `make test` runs it
   scale      looped against vectorized forward+backward up to N = 10^5; bytes saved for backward against k
