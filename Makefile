@@ -53,7 +53,7 @@ $(LEARNER): pyproject.toml $(CONSTRAINTS) | $(PY)
 	@touch $@
 
 # The tester's packages include the learner's: one pip call for both (a second call resolves everything again
-# and rebuilds the editable install: about 20 s of a fresh set-up), and the learner's set-up is then done too.
+# and rebuilds the editable install: 13 s of a fresh set-up here), and the learner's set-up is then done too.
 $(TESTER): pyproject.toml $(CONSTRAINTS) | $(PY)
 	$(INSTALL_TORCH)
 	$(PIP) -e ".[test,classroom]"

@@ -10,7 +10,7 @@
   picks the reply up at once.
 
 `make notebooks` (execute_notebooks.py), `make bench` (bench.py) and nbgrader's autograde
-(classroom/nbgrader_config.py, through ``steady_shell``) all start their kernels with this module.
+(classroom/nbgrader_config.py, through ``SteadyKernel``) all start their kernels with this module.
 """
 
 from __future__ import annotations
