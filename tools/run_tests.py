@@ -2,7 +2,7 @@
 
 On their own the browser tests keep less than one core busy (157 s of CPU in 201 s here: they wait on
 JupyterLab, Chromium and the kernel), while the rest keeps two busy in bursts. One after the other the two
-suites took 204 s + 201 s on 2 cores; side by side, 315 to 385 s for both (three runs). The rest prints as
+suites took 204 s + 201 s on 2 cores; side by side, 315 to 357 s for both (four runs). The rest prints as
 it runs; the browser suite's output goes to ``test-artifacts/browser-tests.log`` and is printed when both
 are done, so the two never interleave.
 
