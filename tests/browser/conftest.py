@@ -6,8 +6,9 @@
   can never save over the committed notebooks. Stopped at the end of the session, also after failures.
 - ``browser`` (session): Debian's Chromium (``/usr/bin/chromium``, or ``$AUTOGRAD_LAB_CHROMIUM``)
   driven by Playwright with ``executable_path``: no browser download, no network.
-- ``lab`` (per test): a fresh page (in one browser context per session, whose HTTP cache makes
-  JupyterLab load faster) with the in-page driver ``lab.js`` (``window.alTest``) loaded by ``open()``.
+- ``lab`` (per test): a JupyterLab page with the in-page driver ``lab.js`` (``window.alTest``). The page
+  is loaded once and handed from test to test, each test's documents closed after it (a page load per test
+  made the suite 35 s longer on 2 cores); after a failure, or a crash, the next test gets a fresh page.
   When a test fails, its screenshot, console log and the server log go to ``test-artifacts/browser/``
   and the paths are printed with the failure.
 
@@ -17,6 +18,7 @@ with ``CI=true`` a missing browser fails them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -280,7 +282,7 @@ def browser(chromium_path):
 
 
 class Lab:
-    """One fresh page on the test server, with the in-page driver ``window.alTest``."""
+    """A test's JupyterLab page on the test server, with the in-page driver ``window.alTest``."""
 
     def __init__(self, page, server: LabServer, console: list[str]):
         self.page = page
@@ -299,10 +301,13 @@ class Lab:
     def open(self, path: str, timeout_s: float = 90):
         self.path = path
         kernel_starting = self.server.start_session(path)
-        self.page.goto(f"{self.server.url}/lab?reset", wait_until="domcontentloaded")
-        self.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=timeout_s * 1000)
-        self.page.evaluate((HERE / "lab.js").read_text())
-        self.js("() => window.alTest.ready()")
+        if self.js("() => !!(window.jupyterapp && window.alTest)"):  # the page of the test before: reused
+            self.js("() => window.alTest.closeAll()")
+        else:
+            self.page.goto(f"{self.server.url}/lab?reset", wait_until="domcontentloaded")
+            self.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=timeout_s * 1000)
+            self.page.evaluate((HERE / "lab.js").read_text())
+            self.js("() => window.alTest.ready()")
         self.phase("load lab")
         kernel_starting.join(timeout=timeout_s)
         self.js("([path, ms]) => window.alTest.open(path, ms)", [path, timeout_s * 1000])
@@ -365,14 +370,51 @@ def browser_context(browser):
         context.close()
 
 
+class _SharedPage:
+    """One JupyterLab page for the tests, one after the other: loading JupyterLab is the costliest thing
+    Chromium does here, so a test opens its notebook in the page the test before left (its documents closed
+    first). A test that failed, or a crashed page, leaves a fresh page to the next test."""
+
+    def __init__(self, context):
+        self.context = context
+        self.page = None
+        self.console: list[str] = []
+        self.crashed = False
+
+    def take(self):
+        if self.page is None or self.page.is_closed() or self.crashed:
+            self.drop()
+            self.page = self.context.new_page()
+            self.crashed = False
+            self.page.on("console", lambda m: self.console.append(f"[{m.type}] {m.text}"))
+            self.page.on("pageerror", lambda e: self.console.append(f"[pageerror] {e}"))
+            self.page.on("crash", lambda _: self._crash())
+        self.console = []
+        return self.page
+
+    def _crash(self):
+        self.crashed = True
+        self.console.append("[crash] the page crashed")
+
+    def drop(self):
+        if self.page is not None and not self.page.is_closed():
+            self.page.close()
+        self.page = None
+
+
+@pytest.fixture(scope="session")
+def shared_page(browser_context):
+    shared = _SharedPage(browser_context)
+    try:
+        yield shared
+    finally:
+        shared.drop()
+
+
 @pytest.fixture
-def lab(browser_context, lab_server, request):
-    page = browser_context.new_page()
-    console: list[str] = []
-    page.on("console", lambda m: console.append(f"[{m.type}] {m.text}"))
-    page.on("pageerror", lambda e: console.append(f"[pageerror] {e}"))
-    page.on("crash", lambda _: console.append("[crash] the page crashed"))
-    session = Lab(page, lab_server, console)
+def lab(shared_page, lab_server, request):
+    page = shared_page.take()
+    session = Lab(page, lab_server, shared_page.console)
     request.node._al_lab = session
     shutil.rmtree(session.artifacts_dir(request.node.name), ignore_errors=True)  # no stale artifacts
     try:
@@ -381,7 +423,11 @@ def lab(browser_context, lab_server, request):
         if session.failed:
             session.phase("until it failed")
         session_id = session.session_id()
-        page.close()
+        if session.failed or getattr(request.node, "_al_failed", False):
+            shared_page.drop()  # whatever state made it fail is not passed on
+        else:
+            with contextlib.suppress(Exception):
+                session.js("() => window.alTest && window.alTest.closeAll()")
         if session_id:
             lab_server.end_session(session_id)
         if session.timings:
@@ -393,6 +439,8 @@ def lab(browser_context, lab_server, request):
 def pytest_runtest_makereport(item, call):
     report = yield
     session = getattr(item, "_al_lab", None)
+    if report.failed:
+        item._al_failed = True  # a failure in set-up or teardown too: the next test gets a fresh page
     if session is not None and report.failed and report.when == "call":
         session.failed = True
         paths = session.screenshot_and_log(item.name)

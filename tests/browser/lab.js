@@ -110,6 +110,16 @@
       await window.jupyterapp.restored;
     },
 
+    // Close every document without saving (the test before ran its notebook: it is dirty) and forget it.
+    closeAll() {
+      for (const widget of Array.from(window.jupyterapp.shell.widgets("main"))) {
+        if (widget.context) widget.context.model.dirty = false;
+        widget.dispose();
+      }
+      panel = null;
+      this.run = null;
+    },
+
     async open(path, timeoutMs) {
       const app = window.jupyterapp;
       await this.ready();
