@@ -33,6 +33,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from lab_page import SharedPage
 
 from autograd_lab.distributed import free_port
 
@@ -370,41 +371,9 @@ def browser_context(browser):
         context.close()
 
 
-class _SharedPage:
-    """One JupyterLab page for the tests, one after the other: loading JupyterLab is the costliest thing
-    Chromium does here, so a test opens its notebook in the page the test before left (its documents closed
-    first). A test that failed, or a crashed page, leaves a fresh page to the next test."""
-
-    def __init__(self, context):
-        self.context = context
-        self.page = None
-        self.console: list[str] = []
-        self.crashed = False
-
-    def take(self):
-        if self.page is None or self.page.is_closed() or self.crashed:
-            self.drop()
-            self.page = self.context.new_page()
-            self.crashed = False
-            self.page.on("console", lambda m: self.console.append(f"[{m.type}] {m.text}"))
-            self.page.on("pageerror", lambda e: self.console.append(f"[pageerror] {e}"))
-            self.page.on("crash", lambda _: self._crash())
-        self.console = []
-        return self.page
-
-    def _crash(self):
-        self.crashed = True
-        self.console.append("[crash] the page crashed")
-
-    def drop(self):
-        if self.page is not None and not self.page.is_closed():
-            self.page.close()
-        self.page = None
-
-
 @pytest.fixture(scope="session")
 def shared_page(browser_context):
-    shared = _SharedPage(browser_context)
+    shared = SharedPage(browser_context)
     try:
         yield shared
     finally:
@@ -416,6 +385,7 @@ def lab(shared_page, lab_server, request):
     page = shared_page.take()
     session = Lab(page, lab_server, shared_page.console)
     request.node._al_lab = session
+    request.node._al_shared = shared_page
     shutil.rmtree(session.artifacts_dir(request.node.name), ignore_errors=True)  # no stale artifacts
     try:
         yield session
@@ -439,8 +409,11 @@ def lab(shared_page, lab_server, request):
 def pytest_runtest_makereport(item, call):
     report = yield
     session = getattr(item, "_al_lab", None)
-    if report.failed:
-        item._al_failed = True  # a failure in set-up or teardown too: the next test gets a fresh page
+    if report.failed:  # after any failure the next test gets a fresh page
+        item._al_failed = True  # set-up or call: the lab fixture's teardown drops the page
+        shared = getattr(item, "_al_shared", None)
+        if report.when == "teardown" and shared is not None:
+            shared.drop()  # a teardown failure is reported after the lab fixture's teardown: dropped here
     if session is not None and report.failed and report.when == "call":
         session.failed = True
         paths = session.screenshot_and_log(item.name)

@@ -1,8 +1,8 @@
-"""The browser tests' shared page (conftest._SharedPage): handed on while tests pass, replaced after a crash
+"""The browser tests' shared page (lab_page.SharedPage): handed on while tests pass, replaced after a crash
 or a failure. Plain objects stand in for Playwright's page and context: this checks the hand-over rule only,
 the browser tests themselves use the real ones."""
 
-from conftest import _SharedPage
+from lab_page import SharedPage
 
 
 class _Page:
@@ -30,7 +30,7 @@ class _Context:
 
 def test_the_page_is_handed_on_and_each_test_gets_its_own_console():
     context = _Context()
-    shared = _SharedPage(context)
+    shared = SharedPage(context)
     first = shared.take()
     first.handlers["console"](type("Message", (), {"type": "log", "text": "from the first test"})())
     assert shared.console == ["[log] from the first test"]
@@ -39,7 +39,7 @@ def test_the_page_is_handed_on_and_each_test_gets_its_own_console():
 
 def test_a_crash_or_a_drop_gives_the_next_test_a_fresh_page():
     context = _Context()
-    shared = _SharedPage(context)
+    shared = SharedPage(context)
     first = shared.take()
     first.handlers["crash"](None)
     assert shared.console == ["[crash] the page crashed"]
