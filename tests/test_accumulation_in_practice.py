@@ -15,6 +15,7 @@ import runpy
 import warnings
 from pathlib import Path
 
+import ddp_probe
 import pytest
 import torch
 import torch.nn.functional as F
@@ -165,8 +166,17 @@ def script(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def run(script):
-    return dl.torchrun(script, nproc=2, timeout=180)
+def probed(tmp_path_factory):
+    return tmp_path_factory.mktemp("ddp-probe")
+
+
+@pytest.fixture(scope="module")
+def run(script, probed):
+    return dl.torchrun(ddp_probe.wrap(script), script.name, nproc=2, timeout=180, env={ddp_probe.ENV: str(probed)})
+
+
+def test_the_script_frees_every_ddp_model_before_it_ends_training(run, probed):
+    assert ddp_probe.alive_at_destroy(probed, 2) == [0, 0]
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
+import ddp_probe
 import pytest
 import torch
 
@@ -51,9 +52,19 @@ def script(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def run(script):
+def probed(tmp_path_factory):
+    return tmp_path_factory.mktemp("ddp-probe")
+
+
+@pytest.fixture(scope="module")
+def run(script, probed):
     # A pinned port: the notebook uses --standalone, so this covers the other rendezvous path.
-    return dl.torchrun(script, nproc=2, timeout=120, port=dl.free_port())
+    return dl.torchrun(ddp_probe.wrap(script), script.name, nproc=2, timeout=120, port=dl.free_port(),
+                       env={ddp_probe.ENV: str(probed)})
+
+
+def test_the_script_frees_its_ddp_model_before_it_destroys_the_group(run, probed):
+    assert ddp_probe.alive_at_destroy(probed, 2) == [0, 0]
 
 
 @pytest.fixture(scope="module")
