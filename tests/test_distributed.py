@@ -11,6 +11,7 @@ a port in use -- each ends with a clear error, in bounded time, with no process 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import re
@@ -150,9 +151,10 @@ def test_one_call_per_bucket_and_no_sync_defers_all_of_them():
         return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
 
     def counts():
-        # The DDP model lives only in here: it must be gone before destroy_process_group(). A Reducer freed
-        # after it frees the last reference to the gloo group, whose destructor then sometimes waits forever
-        # for its worker thread (seen under load: once in make test, 1 in ~170 runs beside 3 busy loops).
+        # The DDP model lives only in here: it must be freed (returned from, then collected) before
+        # destroy_process_group(). A Reducer freed after it frees the last reference to the gloo group, whose
+        # destructor then sometimes waits forever for its worker thread (seen under load: once in make test,
+        # 1 in ~170 runs beside 3 busy loops).
         torch.manual_seed(0)
         net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
                                   torch.nn.Tanh(), torch.nn.Linear(64, 1))
@@ -172,6 +174,7 @@ def test_one_call_per_bucket_and_no_sync_defers_all_of_them():
     try:
         per_backward, per_update, numel = counts()
     finally:
+        gc.collect()  # DDP objects sit in reference cycles: returning from counts() does not free the model
         dist.destroy_process_group()
     assert len(per_backward) > 1 and sum(per_backward) == numel
     assert len(per_update) == len(per_backward)  # one call per bucket, once per update
@@ -214,6 +217,7 @@ def test_ddp_rebuilds_its_buckets_after_the_first_update_with_a_small_first_buck
         assert first < big_bytes < 25 * 2**20 // 4
         assert big[0] == 1 and big[1] > 1 and big[2] == big[1]
     finally:
+        gc.collect()  # the two DDP models, in reference cycles, go before the group (see the test above)
         dist.destroy_process_group()
 
 
