@@ -33,11 +33,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from lab_page import SharedPage
 
 from autograd_lab.distributed import free_port
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # pytest puts it there; tests/hub/conftest.py loads this file by path
+    sys.path.insert(0, str(HERE))
+from lab_page import SharedPage  # noqa: E402
+
 REPO = HERE.parents[1]
 # The notebooks under test: every *.ipynb in notebooks/ (another folder: AUTOGRAD_LAB_NOTEBOOKS=dir).
 NOTEBOOKS = Path(os.environ.get("AUTOGRAD_LAB_NOTEBOOKS", REPO / "notebooks")).resolve()
