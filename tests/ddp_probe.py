@@ -42,6 +42,13 @@ def wrap(script: Path) -> Path:
     return wrapper
 
 
+def torchrun(script: Path, folder: Path, **kwargs):
+    """``dl.torchrun`` of ``script`` behind the probe, whose counts go into ``folder``."""
+    from autograd_lab import distributed as dl
+
+    return dl.torchrun(wrap(script), script.name, env={ENV: str(folder)}, **kwargs)
+
+
 def alive_at_destroy(folder: Path, nproc: int) -> list[int]:
     """Per rank, the DDP objects alive when the script destroyed its process group."""
     missing = [r for r in range(nproc) if not (folder / f"rank{r}.json").is_file()]

@@ -20,8 +20,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograd_lab import distributed as dl
-
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_accumulation_in_practice.ipynb"
 SCRIPT_NAME = "train_accum.py"
 
@@ -172,7 +170,7 @@ def probed(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run(script, probed):
-    return dl.torchrun(ddp_probe.wrap(script), script.name, nproc=2, timeout=180, env={ddp_probe.ENV: str(probed)})
+    return ddp_probe.torchrun(script, probed, nproc=2, timeout=180)
 
 
 def test_the_script_frees_every_ddp_model_before_it_ends_training(run, probed):

@@ -60,8 +60,7 @@ def probed(tmp_path_factory):
 @pytest.fixture(scope="module")
 def run(script, probed):
     # A pinned port: the notebook uses --standalone, so this covers the other rendezvous path.
-    return dl.torchrun(ddp_probe.wrap(script), script.name, nproc=2, timeout=120, port=dl.free_port(),
-                       env={ddp_probe.ENV: str(probed)})
+    return ddp_probe.torchrun(script, probed, nproc=2, timeout=120, port=dl.free_port())
 
 
 def test_the_script_frees_its_ddp_model_before_it_destroys_the_group(run, probed):
