@@ -7,8 +7,16 @@ against conda-forge's 12.x), so a course checked on another Graphviz would fail
 for no fault of its own; the text form is the same under every release and is
 compared. That the SVG itself is byte-for-byte stable is tested separately
 (tests/test_graph.py).
+
+One torch thread per process. In `make test` two xdist workers, their kernels and the browser suite share
+the machine's cores, and a process that runs torch on every core only makes its threads wait on the others'
+(torchrun gives its ranks one thread for the same reason). Kernels, torchrun and JupyterLab started by a
+test inherit the setting. It also makes nbval stricter: the committed outputs come from `make notebooks`,
+which runs with torch's default thread count, so an output that changed with the thread count would fail
+here. A value set by the caller is kept.
 """
 
+import os
 import re
 
 import pytest
@@ -19,6 +27,8 @@ except ImportError:  # nbval not installed: plain unit tests still run
     IPyNbFile = None
 
 NOT_COMPARED = ("image/svg+xml",)
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before any test module imports torch (see above)
 
 
 # A test id must be the same in every process: pytest-xdist collects in each worker and refuses to run when

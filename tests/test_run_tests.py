@@ -30,3 +30,18 @@ def test_make_test_runs_both_suites_over_the_whole_course():
     rest, browser = run_tests.commands(2)
     assert rest[-2:] == ["tests", "notebooks"] and "not browser" in rest and "loadscope" in rest
     assert browser[-3:] == ["-m", "browser", "tests"]
+
+
+def test_each_test_process_and_what_it_starts_runs_one_torch_thread():
+    """conftest.py: one torch thread per process (or the caller's OMP_NUM_THREADS), set before torch is
+    imported here and inherited by what a test starts (kernels, torchrun, JupyterLab)."""
+    import os
+    import subprocess
+
+    import torch
+
+    chosen = int(os.environ["OMP_NUM_THREADS"])
+    assert torch.get_num_threads() == chosen
+    child = subprocess.run(py("import torch; print(torch.get_num_threads())"), capture_output=True, text=True,
+                           check=True)
+    assert int(child.stdout) == chosen
