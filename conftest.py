@@ -6,7 +6,7 @@ The SVG's layout coordinates change between Graphviz releases (Debian's 2.43
 against conda-forge's 12.x), so a course checked on another Graphviz would fail
 for no fault of its own; the text form is the same under every release and is
 compared. That the SVG itself is byte-for-byte stable is tested separately
-(tests/test_graph.py).
+(tests/instruments/test_graph.py).
 
 One torch thread per process. In `make test` two xdist workers, their kernels and the browser suite share
 the machine's cores, and a process that runs torch on every core only makes its threads wait on the others'

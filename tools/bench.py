@@ -44,7 +44,7 @@ WIDGET_P95_BUDGET_MS = 100.0
 # machine (nbval, nbgrader and the browser tests run side by side in `make test`) noise can turn them around,
 # so no notebook cell asserts them; the benchmark, run on a quiet machine, checks them instead. For each
 # notebook: the id of the cell that makes the measurements, and (claim, expression) pairs evaluated in the
-# notebook's kernel right after that cell. tests/test_bench_claims.py checks that the cells and names exist.
+# notebook's kernel right after that cell. tests/tools/test_bench_claims.py checks that the cells and names exist.
 TIMING_CLAIMS = {
     "03_vectorized_vs_looped.ipynb": ("split", [
         ("03: backward costs the loop more per extra sample than the forward pass or recording",

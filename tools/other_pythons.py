@@ -69,7 +69,7 @@ def run_one(version: str, python: str, jobs: str) -> tuple[bool, str]:
          # nbgrader's autograde round trips run here too (where nbgrader installs: 3.11 and newer). They were
          # left out for a while: on 3.13 they sometimes sat idle for minutes, because nbgrader's Execute starts
          # its kernel client the sync way, which skipped the steady shell polls until tools/kernels.SteadyKernel
-         # covered it. On 3.13 since: 134 s and 132 s for tests/test_classroom.py, no idle wait.
+         # covered it. On 3.13 since: 134 s and 132 s for tests/tools/test_classroom.py, no idle wait.
          "tests", "notebooks"],
         cwd=REPO,
     )

@@ -3,7 +3,7 @@
 The slides are JupyterLab's own notebook view in jupyterlab-slideshow's presentation mode, started from
 the notebook toolbar's deck button, so the kernel, the widget manager and MathJax are the notebook's.
 Each test presents a copy of a notebook annotated by tools/classroom (annotating the committed, annotated
-notebook changes nothing, which tests/test_classroom.py checks) and drives it with the keys a presenter
+notebook changes nothing, which tests/tools/test_classroom.py checks) and drives it with the keys a presenter
 uses: space for "next", shift+space for "back", Escape to leave.
 
 - The deck opens on the first slide (the first cell alone on screen); space walks through every cell that

@@ -4,7 +4,7 @@ The training script (DDP, ``no_sync()``, the counting communication hook) is wri
 out in the notebook. The answers here follow from how DDP decides to synchronize:
 at forward time it notes whether gradients must be synchronized; every backward
 whose forward ran outside ``no_sync()`` all-reduces each bucket once.
-tests/test_distributed.py runs the notebook's script with two processes and checks
+tests/notebooks/test_distributed.py runs the notebook's script with two processes and checks
 these counts against what the hook recorded.
 """
 

@@ -2,7 +2,7 @@
 
 The experiment itself (one full-batch update against k accumulated micro-batches)
 is written out in the notebook. This module holds only what the checks need: the
-set-ups of exercise 1 with their verdicts (tests/test_accumulation_pitfalls.py
+set-ups of exercise 1 with their verdicts (tests/notebooks/test_accumulation_pitfalls.py
 measures every one of them, so a PyTorch release that changes one is caught),
 and, for exercises 2 and 3, a reference run to compare the learner's code with.
 """

@@ -2,7 +2,7 @@
 
 The references below repeat code the notebook shows (its ``looped_loss`` with the
 scalar model of section 1, and the loop of exercise 2): a check must not depend
-on what a learner has since changed in the notebook. tests/test_vectorized_vs_looped.py
+on what a learner has since changed in the notebook. tests/notebooks/test_vectorized_vs_looped.py
 keeps each reference equal to the notebook's version.
 
 No check raises on a learner's answer: each is wrapped in ``never_raises``, with the

@@ -693,7 +693,7 @@ def test_06_loss_divisor_malformed_never_raises(answer):
 
 # =========================================================================== placeholders: as the notebooks show them
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 MODULES = {"04": ex04, "05": ex05, "06": ex06}
 
 

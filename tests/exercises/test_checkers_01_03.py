@@ -25,7 +25,7 @@ from autograd_lab.exercises import grad_fn_chains as ch
 from autograd_lab.exercises import leaf_tensors as lt
 from autograd_lab.exercises import vectorized_vs_looped as vl
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 # ---------------------------------------------------------------- truths computed here, independently of the checks

@@ -1,7 +1,7 @@
 """check_accumulation at its boundary and where the course's lessons apply (issue 14 part 5, issue 22 item 4).
 
 The basic verdicts (plain MLP, unequal micro-batches, missing scaling, BatchNorm, dropout) are tested in
-tests/test_gradient_accumulation.py; this file covers the inputs a learner's own project passes.
+tests/notebooks/test_gradient_accumulation.py; this file covers the inputs a learner's own project passes.
 """
 
 import numpy as np

@@ -18,7 +18,7 @@ from torch import nn
 
 from autograd_lab.exercises import beyond_backward as ex
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "07_beyond_backward.ipynb"
 
 

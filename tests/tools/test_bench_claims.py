@@ -18,7 +18,7 @@ import pytest
 
 from tools import bench
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def defined_names(source: str) -> set[str]:

@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlparse
 import nbformat
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 IDS = [p.stem for p in NOTEBOOKS]
 

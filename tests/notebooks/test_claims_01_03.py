@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 START = NOTEBOOKS / "00_start_here.ipynb"
 
 

@@ -20,7 +20,7 @@ from autograd_lab.exercises import grad_fn_chains as ex
 from autograd_lab.graph import format_tensor
 from autograd_lab.graphmodel import node_name
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_grad_fn_chains.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "02_grad_fn_chains.ipynb"
 
 
 def base(names):

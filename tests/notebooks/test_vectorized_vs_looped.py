@@ -20,7 +20,7 @@ from autograd_lab.exercises import vectorized_vs_looped as ex
 from autograd_lab.graphmodel import node_name
 from autograd_lab.measure import heap_bytes, held_bytes
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_vectorized_vs_looped.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "03_vectorized_vs_looped.ipynb"
 
 
 def mean_loss(model, x, y):

@@ -12,7 +12,7 @@ from torch import nn
 from autograd_lab import graph_nodes
 from autograd_lab.exercises import beyond_backward as ex
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_beyond_backward.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07_beyond_backward.ipynb"
 
 
 def _cells():

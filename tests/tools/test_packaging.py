@@ -15,7 +15,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (the test extra installs it there)
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # conda-forge names that differ from PyPI's
 CONDA_TO_PYPI = {"pytorch": "torch", "python-graphviz": "graphviz"}
 CONDA_ONLY = {"python", "pip", "graphviz"}  # graphviz on conda = the `dot` program (PyPI has none)

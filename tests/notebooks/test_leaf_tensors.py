@@ -17,7 +17,7 @@ from autograd_lab.exercises import Feedback
 from autograd_lab.exercises import leaf_tensors as ex
 from autograd_lab.graphmodel import node_name
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "01_leaf_tensors.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "01_leaf_tensors.ipynb"
 
 
 def fn_name(t):

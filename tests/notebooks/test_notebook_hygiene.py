@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 ADDRESS = re.compile(r"object at 0x[0-9a-fA-F]+|\bat 0x[0-9a-fA-F]{6,}")

@@ -29,7 +29,7 @@ import torch
 from autograd_lab import distributed as dl
 from autograd_lab.exercises import accumulation_across_processes as ex
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_accumulation_across_processes.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06_accumulation_across_processes.ipynb"
 MACHINE_PATH = re.compile(r"(/root/|/tmp/|/home/\w+/|/work/|site-packages)")
 
 

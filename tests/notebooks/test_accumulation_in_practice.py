@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_accumulation_in_practice.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "08_accumulation_in_practice.ipynb"
 SCRIPT_NAME = "train_accum.py"
 
 

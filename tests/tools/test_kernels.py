@@ -16,7 +16,7 @@ import pytest
 
 from tools import kernels
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
