@@ -1,7 +1,7 @@
-"""Instruments for gradient accumulation: a checker for your own model, and a timeline.
+"""Does accumulating over k micro-batches give the full-batch step? A checker for your own model and loss.
 
 The accumulation loops themselves are written out in notebook 04; this module
-only checks and draws.
+only checks them on a learner's own model, and names the cause when they differ.
 
 ``check_accumulation(model, loss_fn, inputs, targets, k)`` answers one question
 about *your* model and loss: does accumulating over ``k`` micro-batches give the
@@ -22,28 +22,21 @@ How each micro-batch loss is scaled before ``backward()`` is ``scale``:
 split), ``"k"`` divides it by k (the common recipe, right only for equal
 micro-batches), ``"none"`` leaves it alone (right only for a loss that already
 divides by the full batch's count, e.g. ``reduction="sum"`` then ``/ N``).
-
-``timeline_text(groups, n)`` and ``draw_timeline(groups, n)`` show which
-micro-batches fed each optimizer step of an accumulation loop and which were
-left behind in ``.grad``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import itertools
 import math
-import operator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from .svg import PALETTE, Drawing
+from .arguments import check_int
 
-__all__ = ["AccumulationReport", "PassLog", "check_accumulation", "draw_timeline", "record_passes", "timeline_text",
-           "SCALES"]
+__all__ = ["AccumulationReport", "SCALES", "check_accumulation"]
 
 SCALES = ("size", "k", "none")
 _SCALE_WORDS = {"size": "multiplied by n_i / N", "k": "divided by k", "none": "not scaled"}
@@ -140,18 +133,6 @@ class AccumulationReport:
 # --------------------------------------------------------------------------- checking inputs
 
 
-def _count_argument(name, value, what):
-    """``value`` as an int: Python, numpy and one-element integer torch values pass; bool and float do not."""
-    dtype = getattr(value, "dtype", None)
-    # numpy's bool_ is a bool too (older numpy releases still let operator.index() read it as 0 or 1)
-    if isinstance(value, bool) or dtype == torch.bool or getattr(dtype, "kind", "") == "b":
-        raise TypeError(f"{name} ({what}) must be an int, got a bool.")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} ({what}) must be an int, got {type(value).__name__} {value!r}.") from None
-
-
 def _check_callables(model, loss_fn, optimizer):
     if isinstance(model, type):
         raise TypeError(f"model is the class {model.__name__}, not a model: build one first, "
@@ -191,7 +172,7 @@ def _check_batch(model, inputs, targets):
 
 
 def _split(k, sizes, n):
-    k = _count_argument("k", k, "the number of micro-batches")
+    k = check_int("k (the number of micro-batches)", k, type_error=TypeError)
     if k < 1:
         raise ValueError(f"k = {k}: the number of micro-batches must be at least 1.")
     if k > n:
@@ -199,7 +180,7 @@ def _split(k, sizes, n):
     if sizes is None:
         return k, tuple(len(chunk) for chunk in torch.arange(n).tensor_split(k))
     try:
-        sizes = tuple(_count_argument("sizes", s, "samples per micro-batch") for s in sizes)
+        sizes = tuple(check_int("sizes", s, type_error=TypeError) for s in sizes)
     except TypeError:
         raise TypeError(f"sizes must be a sequence of {k} ints (samples per micro-batch), got {sizes!r}.") from None
     if len(sizes) != k or any(s < 1 for s in sizes) or sum(sizes) != n:
@@ -575,7 +556,7 @@ def check_accumulation(
     """
     _check_callables(model, loss_fn, optimizer)
     _check_batch(model, inputs, targets)
-    seed = _count_argument("seed", seed, "the random seed both runs start from")
+    seed = check_int("seed (the random seed both runs start from)", seed, type_error=TypeError)
     for name, value in (("atol", atol), ("rtol", rtol)):
         if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
                                       and math.isfinite(value) and value >= 0):
@@ -607,191 +588,3 @@ def check_accumulation(
     elif any(isinstance(m, _FAMILIES["dropout"]) and m.training for m in model.modules()):
         report.notes = [_DROPOUT_AGREES]
     return report
-
-
-# --------------------------------------------------------------------------- watching a loop
-
-
-@dataclass
-class PassLog:
-    """What ``record_passes`` saw a training loop do with a model.
-
-    ``forward_sizes``: the batch size of each forward pass that built a graph (gradients enabled);
-    ``untracked_forwards``: forward passes that built none (``torch.no_grad()``, inference mode);
-    ``outputs_per_backward``: for each gradient computation (a ``backward()`` or a ``torch.autograd.grad``
-    call) that went through the model's outputs, how many of those forward outputs it went through. A true
-    accumulation loop gives 1 each time: one graph alive at a time. More than 1 means several micro-batches'
-    graphs were kept alive for one gradient computation. ``pass_kinds``: for each of them, "backward()" when
-    it accumulated into the first parameter's ``.grad``, else "torch.autograd.grad call" (which returns the
-    gradients instead).
-    """
-
-    forward_sizes: list = field(default_factory=list)
-    untracked_forwards: int = 0
-    outputs_per_backward: list = field(default_factory=list)
-    pass_kinds: list = field(default_factory=list)
-    _reached: int = field(default=0, repr=False)
-    _accumulated: bool = field(default=False, repr=False)
-
-    @property
-    def most_outputs_per_backward(self) -> int:
-        return max(self.outputs_per_backward, default=0)
-
-    @property
-    def widest_pass_kind(self) -> str:
-        """How the gradient computation that went through the most outputs was called ("backward()" if none)."""
-        if not self.outputs_per_backward:
-            return "backward()"
-        return self.pass_kinds[self.outputs_per_backward.index(self.most_outputs_per_backward)]
-
-
-def _queue_at_end_of_backward(callback):
-    """Run ``callback`` when the gradient computation now running ends (``backward()`` and ``autograd.grad``)."""
-    torch.autograd.Variable._execution_engine.queue_callback(callback)
-
-
-@contextlib.contextmanager
-def record_passes(model: nn.Module):
-    """Record the forward and backward passes of ``model`` while the block runs; yields a ``PassLog``.
-
-    A gradient computation is delimited by autograd itself (a callback queued for its end), so one
-    ``torch.autograd.grad`` call over several micro-batches' losses is seen as one, like one ``backward()``.
-    """
-    log = PassLog()
-    first = next((p for p in model.parameters() if p.requires_grad), None)
-
-    def end_of_pass():
-        if log._reached:  # the first output's callback closes the pass; the others find nothing left
-            log.outputs_per_backward.append(log._reached)
-            log.pass_kinds.append("backward()" if log._accumulated else "torch.autograd.grad call")
-            log._reached, log._accumulated = 0, False
-
-    def output_reached(grad):
-        log._reached += 1
-        _queue_at_end_of_backward(end_of_pass)
-
-    def after_forward(module, args, out):
-        if isinstance(out, torch.Tensor) and out.requires_grad:
-            x = args[0] if args else None
-            log.forward_sizes.append(len(x) if isinstance(x, torch.Tensor) and x.dim() else 1)
-            out.register_hook(output_reached)
-        else:
-            log.untracked_forwards += 1
-
-    def after_accumulation(param):
-        if log._reached:  # a pass through the outputs (not, say, a penalty's own backward) reached .grad
-            log._accumulated = True
-
-    handles = [model.register_forward_hook(after_forward)]
-    if first is not None:
-        handles.append(first.register_post_accumulate_grad_hook(after_accumulation))
-    try:
-        yield log
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-# --------------------------------------------------------------------------- the timeline
-
-# The drawing, in pixels. Micro-batches sit side by side in the plot area; the right part holds the legend.
-_WIDTH, _HEIGHT = 700, 168
-_PLOT_LEFT, _PLOT_RIGHT = 12, 540
-_BOX_TOP, _BOX_BOTTOM = 46, 112
-_BOX_WIDTH = 0.9  # of one micro-batch's slot: a gap of a tenth between neighbouring boxes
-_MAX_NUMBERED_UPDATES = 12  # beyond this, the numbers inside the groups would crowd
-_LEFT_COLOUR = "#b02a37"  # the course's "wrong" red, for micro-batches left in .grad
-
-
-def _check_groups(groups, n):
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be the number of micro-batches (an int >= 1), got {n!r}.")
-    try:
-        groups = [[int(i) for i in g] for g in groups]
-    except TypeError:
-        raise TypeError("groups must be a list of lists of micro-batch indices, one list per optimizer step.") from None
-    seen = set()
-    for g in groups:
-        for i in g:
-            if not 0 <= i < n:
-                raise ValueError(f"micro-batch index {i} is outside 0..{n - 1}.")
-            if i in seen:
-                raise ValueError(f"micro-batch {i} appears in two updates; each belongs to one update.")
-            seen.add(i)
-    return groups, [i for i in range(n) if i not in seen]
-
-
-_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
-
-def timeline_text(groups, n: int) -> str:
-    """One character per micro-batch: the letter of the update it fed (A, B, ...), '.' when left in ``.grad``.
-
-    ``groups`` lists, for each optimizer step in order, the micro-batch indices whose
-    gradient it used. A second line marks with '^' the micro-batch after which each step ran.
-    """
-    groups, _ = _check_groups(groups, n)
-    row = ["."] * n
-    marks = [" "] * n
-    for u, g in enumerate(groups):
-        for i in g:
-            row[i] = _LETTERS[u % len(_LETTERS)]
-        if g:
-            marks[max(g)] = "^"
-    return "".join(row) + "\n" + "".join(marks).rstrip()
-
-
-def _tick_step(n):
-    """Label every micro-batch up to 15 of them, every 5th up to 60, else every 10th."""
-    return 1 if n <= 15 else 5 if n <= 60 else 10
-
-
-def draw_timeline(groups, n: int, *, title: str | None = None) -> Drawing:
-    """Draw which micro-batches fed each optimizer step, and which were left in ``.grad``.
-
-    One box per micro-batch, coloured by the update it fed (numbered 1, 2, ... inside the
-    group); a triangle marks each ``optimizer.step()``; hatched red boxes were never
-    stepped. Returns a ``Drawing`` (SVG): a widget redraws it in about a millisecond.
-    """
-    groups, left = _check_groups(groups, n)
-    if title is None:
-        title = f"{len(groups)} optimizer step{'s' * (len(groups) != 1)}; {len(left)} micro-batch" \
-                f"{'es' * (len(left) != 1)} left in .grad"
-    d = Drawing(_WIDTH, _HEIGHT, title=str(title))
-    slot = (_PLOT_RIGHT - _PLOT_LEFT) / max(n, 1)
-
-    def x_of(i):
-        return _PLOT_LEFT + i * slot
-
-    d.text(_PLOT_LEFT, 18, title, role="title", size=12)
-    d.line(_PLOT_LEFT, _BOX_BOTTOM, _PLOT_RIGHT, _BOX_BOTTOM, role="axis")
-    for u, g in enumerate(groups):
-        colour = PALETTE[u % len(PALETTE)]
-        for i in g:
-            d.rect(x_of(i), _BOX_TOP, slot * _BOX_WIDTH, _BOX_BOTTOM - _BOX_TOP, fill=colour, opacity=0.85,
-                   role="box")
-        if g:
-            end = x_of(max(g)) + slot * _BOX_WIDTH / 2
-            d.polygon([(end - 6, 28), (end + 6, 28), (end, 39)], fill="black", role="step")
-            if len(groups) <= _MAX_NUMBERED_UPDATES:
-                middle = (x_of(min(g)) + x_of(max(g)) + slot * _BOX_WIDTH) / 2
-                d.text(middle, (_BOX_TOP + _BOX_BOTTOM) / 2 + 5, u + 1, role="update", size=13, anchor="middle",
-                       bold=True)
-    for i in left:
-        d.rect(x_of(i), _BOX_TOP, slot * _BOX_WIDTH, _BOX_BOTTOM - _BOX_TOP, fill="white", stroke=_LEFT_COLOUR,
-               hatch=True, role="left")
-    step = _tick_step(n)
-    for i in range(0, n, step):
-        centre = x_of(i) + slot * _BOX_WIDTH / 2
-        d.line(centre, _BOX_BOTTOM, centre, _BOX_BOTTOM + 4, role="tick")
-        d.text(centre, _BOX_BOTTOM + 17, i, role="tick-label", size=10, anchor="middle")
-    d.text((_PLOT_LEFT + _PLOT_RIGHT) / 2, _BOX_BOTTOM + 42,
-           "micro-batch index i (colour and number: the update it fed)",
-           role="axis-label", size=11, anchor="middle")
-    legend_x = _PLOT_RIGHT + 16
-    d.polygon([(legend_x, 46), (legend_x + 12, 46), (legend_x + 6, 57)], fill="black", role="legend")
-    d.text(legend_x + 20, 56, "optimizer.step()", role="legend", size=10)
-    if left:
-        d.rect(legend_x, 68, 12, 12, fill="white", stroke=_LEFT_COLOUR, hatch=True, role="legend")
-        d.text(legend_x + 20, 79, "left in .grad", role="legend", size=10)
-    return d

@@ -6,11 +6,9 @@ readiness check and ``python -m tools graphviz`` all show.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -18,9 +16,11 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["choose_device", "environment_report", "graphviz_check", "graphviz_install_hint", "graphviz_version"]
+from . import processes
 
-DOT_CHECK_TIMEOUT_S = 10.0  # a healthy `dot` answers these checks in well under a second
+__all__ = ["choose_device", "environment_report", "graphviz_check", "graphviz_install_hint"]
+
+DOT_CHECK_TIMEOUT_S = 10.0  # how long the check waits for `dot` to answer (a healthy one answers at once)
 
 # (system, install command); graphviz_install_hint() puts this machine's system first
 GRAPHVIZ_INSTALL = {
@@ -78,32 +78,10 @@ def graphviz_install_hint() -> str:
     return "\n".join(f"  {GRAPHVIZ_INSTALL[key][0]:<17} {GRAPHVIZ_INSTALL[key][1]}" for key in order)
 
 
-def run_in_own_group(args: list, stdin: bytes, timeout: float):
-    """``(exit code, stdout, stderr)`` of a program run in a process group of its own, as bytes.
-
-    On a timeout the whole group is killed and ``subprocess.TimeoutExpired`` raised; an interrupt
-    (KeyboardInterrupt) kills it too: the program and anything it started never outlive this call.
-    ``OSError`` when it cannot start.
-    """
-    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=os.name == "posix")
-    try:
-        out, err = proc.communicate(stdin, timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                if os.name == "posix":
-                    os.killpg(proc.pid, signal.SIGKILL)
-                else:
-                    proc.kill()
-            proc.communicate()
-    return proc.returncode, out, err
-
-
 def _run_dot(args: list, stdin: str = "") -> tuple[int, str]:
     """(exit code, output) of ``dot`` with ``args``; code -1 when it cannot start or answer in time."""
     try:
-        code, out, err = run_in_own_group(args, stdin.encode(), DOT_CHECK_TIMEOUT_S)
+        code, out, err = processes.run(args, stdin.encode(), DOT_CHECK_TIMEOUT_S)
     except OSError as err:
         return -1, str(err)
     except subprocess.TimeoutExpired:
@@ -129,11 +107,6 @@ def graphviz_check() -> tuple[str | None, str | None]:
         last = text.splitlines()[-1] if text else "no output"
         return None, f"Graphviz's `dot` {found} is installed but cannot draw an SVG ({last})."
     return found, None
-
-
-def graphviz_version() -> str | None:
-    """The version of a working Graphviz ``dot`` on PATH (e.g. "2.43.0"), or None when it is missing or broken."""
-    return graphviz_check()[0]
 
 
 def _version(dist: str) -> str:

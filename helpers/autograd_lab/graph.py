@@ -9,8 +9,8 @@ Everything here renders the one walk of :mod:`autograd_lab.graphmodel`. Node
 names are given in order of appearance (``n0``, ``n1``, ...) instead of
 torchviz's ``id()``-based names, so the same graph gives the same SVG bytes in any
 process, and nbval can compare graphs like any other output. A graph too big for
-Graphviz to lay out quickly is folded or summarised first (:mod:`autograd_lab.bounded`),
-and ``dot`` itself runs under a time limit.
+Graphviz to lay out quickly is folded or summarised first (:mod:`autograd_lab.fold`),
+and ``dot`` itself runs under a time limit (:mod:`autograd_lab.layout`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from collections.abc import Iterable, Mapping
 import graphviz
 import torch
 
-from . import bounded
-from .bounded import DOT_TIMEOUT_S, GraphTooSlow, GraphvizMissing, install_hint, run_dot
+from . import fold
 from .graphmodel import Graph, check_tensor, node_name, output_names, roots_of, title, visit, walk
+from .layout import DOT_TIMEOUT_S, GraphTooSlow, GraphvizMissing, run_dot
 
 COLOURS = {
     "op": "lightgrey",  # a backward node (grad_fn)
@@ -35,20 +35,10 @@ COLOURS = {
 }
 FONT = "Helvetica"
 DIRECTIONS = ("BT", "TB", "LR", "RL")
+SIZE = re.compile(r"\d+(\.\d+)?(,\d+(\.\d+)?)?!?")  # Graphviz's size attribute: "8", "8,5", "8,5!"
 CHAIN_MAX_INDENT = 25  # chain(): levels of indentation before a deep graph's level is written as a number
 
-__all__ = [
-    "AutogradGraph",
-    "GraphTooSlow",
-    "GraphvizMissing",
-    "chain",
-    "draw_graph",
-    "draw_model",
-    "graph_nodes",
-    "install_hint",
-    "node_name",
-    "stable_ids",
-]
+__all__ = ["AutogradGraph", "chain", "draw_graph", "draw_model", "format_tensor", "graph_nodes", "stable_ids"]
 
 
 def graph_nodes(tensors) -> list:
@@ -257,7 +247,7 @@ def _check_layout(direction, size) -> None:
             f"direction must be one of {', '.join(repr(d) for d in DIRECTIONS)} (where the output sits: "
             f"'BT' puts it at the top); got {direction!r}."
         )
-    if size is not None and not (isinstance(size, str) and bounded.SIZE.fullmatch(size)):
+    if size is not None and not (isinstance(size, str) and SIZE.fullmatch(size)):
         raise ValueError(
             f'size must be None or a Graphviz size in inches such as "8,5" (width,height; add "!" to scale up); '
             f"got {size!r}."
@@ -357,7 +347,7 @@ def draw_graph(
                 and arrows follow the forward pass upwards; "TB" turns it upside down.
     size        None (natural size) or a Graphviz size in inches, e.g. "8,5".
 
-    A graph too big for Graphviz to lay out in a few seconds comes back folded (identical branches drawn
+    A graph too big for Graphviz to lay out within its time limit comes back folded (identical branches drawn
     once, with their count) or, failing that, as a text summary; either says why.
     """
     _check_layout(direction, size)
@@ -368,8 +358,13 @@ def draw_graph(
         done=_marked(model, done, "done"),
         edge_labels=_edge_marks(model, edge_labels),
     )
-    style = dict(names=out_names, show_saved=show_saved, show_values=show_values, show_grads=show_grads)
-    return bounded.draw_within_limits(model, marks, style, direction=direction, size=size, render=draw_model)
+    drawable = fold.within_limits(model, marks, show_saved)
+    if drawable.model is None:  # too big even folded: the summary, as text only
+        graph = _new_graph(direction, size)
+        graph.text, graph.summary_only = drawable.summary, True
+        return graph
+    return draw_model(drawable.model, names=out_names, show_saved=show_saved, show_values=show_values,
+                      show_grads=show_grads, **drawable.marks, note=drawable.note, direction=direction, size=size)
 
 
 def chain(tensor, *, show_none: bool = False, params=None) -> str:
@@ -384,7 +379,7 @@ def chain(tensor, *, show_none: bool = False, params=None) -> str:
     if model.output_nodes[0] is None:
         why = "a leaf tensor" if tensor.requires_grad else "requires_grad=False"
         return f"(no graph: {why})"
-    return "\n".join(chain_lines(model, model.output_nodes[0], show_none))
+    return "\n".join(_chain_lines(model, model.output_nodes[0], show_none))
 
 
 def _margin(level: int) -> str:
@@ -394,7 +389,7 @@ def _margin(level: int) -> str:
     return " " * 4 * CHAIN_MAX_INDENT + f"[level {level}] "
 
 
-def chain_lines(model: Graph, start: int, show_none: bool = False) -> list[str]:
+def _chain_lines(model: Graph, start: int, show_none: bool = False) -> list[str]:
     """The lines of :func:`chain`, walked with an explicit stack (no recursion limit on deep graphs)."""
     nodes, seen, lines = model.nodes, set(), []
     stack = [(start, 0, "")]  # (node index or None, level, lead), the next line to write on top

@@ -198,6 +198,25 @@ class Graph:
             counts[j] += 1
         return counts
 
+    def ranks(self) -> tuple[list, list]:
+        """Each node's longest distance from an output (Graphviz's rank), and the nodes in an order that puts
+        every node before its inputs."""
+        left = self.fan_in()
+        rank = [0] * len(self.nodes)
+        ready = [i for i, n in enumerate(left) if n == 0]
+        order = []
+        while ready:
+            i = ready.pop()
+            order.append(i)
+            for j in self.nodes[i].inputs:
+                if j is None:
+                    continue
+                rank[j] = max(rank[j], rank[i] + 1)
+                left[j] -= 1
+                if left[j] == 0:
+                    ready.append(j)
+        return rank, order
+
     def with_grads(self, grads: Mapping) -> Graph:
         """The same graph with each leaf's gradient replaced: ``grads`` maps node index -> tensor or None."""
         nodes = tuple(

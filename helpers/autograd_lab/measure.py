@@ -10,15 +10,14 @@ import ctypes
 import ctypes.util
 import gc
 import logging
-import math
 import statistics
 import sys
 import threading
 from dataclasses import dataclass
-from numbers import Real
 
 import torch
 
+from .arguments import check_int, check_seconds
 from .graphmodel import roots_of, visit
 
 __all__ = ["SavedTensors", "count_nodes", "time_call", "Timing", "heap_bytes", "held_bytes"]
@@ -160,18 +159,6 @@ class Timing:
 MAX_MIN_RUN_TIME_S = 60.0  # time_call measures for at most this long (more is a typo: milliseconds?)
 
 
-def check_seconds(name: str, value, at_most: float = math.inf) -> float:
-    """``value`` as a finite, positive number of seconds (at most ``at_most``), or an error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a number of seconds, e.g. 0.2; got {type(value).__name__} {value!r}.")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite, positive number of seconds, e.g. 0.2; got {value!r}.")
-    if value > at_most:
-        raise ValueError(f"{name} is in seconds and at most {at_most:g} here; got {value!r} "
-                         "(milliseconds by mistake?).")
-    return float(value)
-
-
 def _import_benchmark():
     """torch.utils.benchmark, imported on first use with its one noisy import quieted.
 
@@ -199,8 +186,8 @@ def time_call(fn, *, min_run_time: float = 0.2, label: str = "", threads: int | 
     if not callable(fn):
         raise TypeError(f"time_call expects a function taking no arguments, got {type(fn).__name__}.")
     min_run_time = check_seconds("min_run_time", min_run_time, at_most=MAX_MIN_RUN_TIME_S)
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive int or None, got {threads!r}.")
+    if threads is not None:
+        threads = check_int("threads", threads, "a positive int or None", low=1)
     if not isinstance(label, str):
         raise TypeError(f"label must be a str, got {type(label).__name__}.")
     benchmark = _import_benchmark()
@@ -264,14 +251,13 @@ def held_bytes(build, *, repeats: int = 3) -> int | None:
     For a loss, that is what its graph holds: the saved tensors' storages *and*
     the bookkeeping around them (graph nodes, edges, tensor records, allocator
     headers and alignment), the loss itself, and nothing the graph freed on the
-    way. An estimate, good to a few kilobytes: malloc keeps a few freed blocks of
-    each small size for quick reuse and reports them as in use. ``None`` where
+    way. An estimate: malloc keeps a few freed blocks of each small size for
+    quick reuse and reports them as in use. ``None`` where
     :func:`heap_bytes` is not available.
     """
     if not callable(build):
         raise TypeError(f"held_bytes expects a function taking no arguments, got {type(build).__name__}.")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int, at least 1; got {repeats!r}.")
+    repeats = check_int("repeats", repeats, "an int, at least 1", low=1)
     if heap_bytes() is None:
         return None
     gc.collect()  # once, before measuring: garbage left by earlier code must not be freed mid-measurement

@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import check_int
 from .graph import draw_model, format_tensor
 from .graphmodel import Graph, Node, leaf_of, node_name, output_names, param_names, title, walk
 
-__all__ = ["draw_step", "describe_step", "deposits", "check_log"]
+__all__ = ["describe_step", "draw_step"]
 
 _FORM = "a list of (node, grad_output, grads) entries, one per node run, as the notebook's backward loop records them"
 
 
-def check_log(log) -> list:
+def _check_log(log) -> list:
     """The log as a list of (node, grad_output, grads) triples; ``TypeError`` saying what is wrong otherwise."""
     if not isinstance(log, (list, tuple)):
         raise TypeError(f"log must be {_FORM}; got {type(log).__name__}.")
@@ -60,11 +61,8 @@ def check_log(log) -> list:
 
 
 def _check_step(step, n: int) -> int:
-    if isinstance(step, bool) or not isinstance(step, int):
-        raise TypeError(f"step must be an int from 0 to {n}; got {type(step).__name__}.")
-    if not 0 <= step <= n:
-        raise ValueError(f"step must be from 0 (nothing run yet) to {n} (the last node); got {step}.")
-    return step
+    return check_int("step", step, f"an int from 0 (nothing run yet) to {n} (the last node)", low=0, high=n,
+                     type_error=TypeError)
 
 
 def _deposits_by_id(entries, step: int) -> dict:
@@ -76,13 +74,6 @@ def _deposits_by_id(entries, step: int) -> dict:
             total = out[id(leaf)][1] + grad_output if id(leaf) in out else grad_output
             out[id(leaf)] = (leaf, total)
     return out
-
-
-def deposits(log, step: int) -> dict:
-    """{leaf: gradient added into its .grad} by the first ``step`` entries of ``log`` (the leaves reached so far)."""
-    entries = check_log(log)
-    _check_step(step, len(entries))
-    return {leaf: total for leaf, total in _deposits_by_id(entries, step).values()}
 
 
 def _edge_gradients(model: Graph, ran) -> dict:
@@ -120,7 +111,7 @@ def draw_step(loss, log, step: int, *, params=None, names=None, show_values: boo
     Leaves show the ``.grad`` the walk has deposited so far (``None`` before it
     reaches them), whatever their real ``.grad`` holds, which is never touched.
     """
-    entries = check_log(log)
+    entries = _check_log(log)
     step = _check_step(step, len(entries))
     model = walk(loss, params, what="draw_step")
     for node, _, _ in entries:
@@ -147,7 +138,7 @@ def _title(fn, names: dict) -> str:
 
 def describe_step(log, step: int, *, params=None) -> str:
     """One line of text on what happens at ``step``: which node runs, what it receives, where its results go."""
-    entries = check_log(log)
+    entries = _check_log(log)
     step = _check_step(step, len(entries))
     names = param_names(params)
     n = len(entries)

@@ -1,9 +1,9 @@
-"""Small vector drawings (SVG) for the course's timelines: built in about a millisecond, sharp at any zoom.
+"""Small vector drawings (SVG) for the course's timelines and charts: cheap to build, sharp at any zoom.
 
 A widget that redraws a matplotlib figure on every change spends most of its time laying out text and
-encoding a PNG (tens of milliseconds). The timelines are boxes, triangles and labels, so they are written
-here as SVG directly: Jupyter shows ``image/svg+xml`` in notebooks, in widget outputs and in slides, and a
-projector scales it without blur. The drawing is deterministic, so nbval compares it like text.
+encoding a PNG. The timelines are boxes, triangles and labels, so they are written here as SVG directly:
+Jupyter shows ``image/svg+xml`` in notebooks, in widget outputs and in slides, and a projector scales it
+without blur. The drawing is deterministic, so nbval compares it like text.
 
 ``Drawing`` keeps its shapes as plain records (``shapes``) as well, so tests can ask what was drawn.
 """

@@ -4,7 +4,7 @@ The training script (DDP, ``no_sync()``, the counting communication hook) is wri
 out in the notebook. The answers here follow from how DDP decides to synchronize:
 at forward time it notes whether gradients must be synchronized; every backward
 whose forward ran outside ``no_sync()`` all-reduces each bucket once.
-tests/notebooks/test_distributed.py runs the notebook's script with two processes and checks
+tests/notebooks/test_accumulation_across_processes.py runs the notebook's script with two processes and checks
 these counts against what the hook recorded.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-from . import Feedback, as_int, as_number, close, correct, is_unanswered, malformed, never_raises, unanswered, wrong
+from .answers import as_int, close, is_unanswered, read_number
+from .feedback import Feedback, correct, malformed, never_raises, unanswered, wrong
 
 __all__ = ["check_backward_only_count", "check_first_sync", "check_loss_divisor", "expected_calls"]
 
@@ -43,11 +44,10 @@ def _as_bool(answer):
 @never_raises
 def check_backward_only_count(answer, k: int = 8) -> Feedback:
     """Exercise 1: forward outside ``no_sync()``, backward inside it for all but the last micro-batch."""
-    if is_unanswered(answer):
-        return unanswered("a whole number: the all-reduce calls per update on one rank")
-    count = as_int(answer)
-    if count is None:
-        return malformed(f"give a whole number such as 3, not {type(answer).__name__} {answer!r}.")
+    count, problem = read_number(answer, "a whole number: the all-reduce calls per update on one rank", "3",
+                                 whole=True)
+    if problem is not None:
+        return problem
     right = expected_calls(k, "no_sync() on backward only")
     if count == right:
         return correct(f"{right}: DDP decides during the forward pass whether the coming backward synchronizes. "
@@ -92,11 +92,9 @@ def check_first_sync(answer, k: int = 8) -> Feedback:
 @never_raises
 def check_loss_divisor(answer, world: int = 2, k: int = 4) -> Feedback:
     """Exercise 3: what each micro-batch's mean loss is divided by under DDP, equal-sized micro-batches."""
-    if is_unanswered(answer):
-        return unanswered("a number: what each micro-batch's mean loss is divided by")
-    value = as_number(answer)
-    if value is None:
-        return malformed(f"give a number such as 3, not {type(answer).__name__} {answer!r}.")
+    value, problem = read_number(answer, "a number: what each micro-batch's mean loss is divided by", "3")
+    if problem is not None:
+        return problem
     if not math.isfinite(value):
         return malformed(f"give a finite number such as 3, not {value}.")
     if close(value, 1 / k):

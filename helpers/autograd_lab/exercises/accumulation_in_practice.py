@@ -4,23 +4,22 @@
   epochs take for 50 micro-batches and k = 8; groups never span an epoch's end.
 - ``check_scheduled_loop(train_epoch)``: the learner's fix of a loop whose learning-rate scheduler
   steps once per micro-batch. The loop runs on small problems with a recording optimizer and
-  scheduler; the check first refuses, with notebook 04's checks, a loop that does not accumulate (one
+  scheduler; the check first refuses, as notebook 04's check does (:mod:`.loops`), a loop that does not accumulate (one
   forward over a whole group, one backward over several micro-batches), then compares the learning
   rate each update used, the step counts and order, and the weights with a reference.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
 
 import torch
 from torch import nn
 
-from ..accumulation import record_passes
-from . import Feedback, as_int, correct, describe_error, is_unanswered, malformed, never_raises, unanswered, wrong
-from .gradient_accumulation import pass_mistake
+from .answers import as_int, is_unanswered, read_function
+from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
+from .loops import pass_mistake, record_passes
 
 __all__ = ["check_updates_per_epoch", "check_scheduled_loop", "UPDATES_TASK", "lr_factor"]
 
@@ -171,14 +170,9 @@ def _explain_schedule(rec, n, k):
 @never_raises
 def check_scheduled_loop(train_epoch) -> Feedback:
     """Exercise 2: the learner's ``train_epoch(model, optimizer, scheduler, micro_batches, k)``."""
-    if is_unanswered(train_epoch):
-        return unanswered(f"your function {_SIGNATURE}")
-    if not callable(train_epoch):
-        return malformed(f"give the function itself, {_SIGNATURE}, not {type(train_epoch).__name__}.")
-    try:
-        inspect.signature(train_epoch).bind(None, None, None, None, None)
-    except (TypeError, ValueError):
-        return malformed(f"the function must take five arguments: {_SIGNATURE}.")
+    problem = read_function(train_epoch, f"your function {_SIGNATURE}", _SIGNATURE, 5)
+    if problem is not None:
+        return problem
     for seed, (n, k, size) in enumerate(_SCENARIOS):
         try:
             rec, same, passes = _run(train_epoch, n, k, size, seed)

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 from torch.nn.functional import mse_loss
 
-from ..accumulation import record_passes
-from . import Feedback, correct, describe_error, is_unanswered, malformed, never_raises, unanswered, wrong
-from .gradient_accumulation import wide_pass_hint
+from .answers import is_unanswered
+from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
+from .loops import record_passes, wide_pass_mistake
 
 __all__ = [
     "IN_FEATURES",
@@ -260,14 +260,9 @@ def _explain_passes(log, steps, k, n=24):
             f"your model saw a forward pass of all {n} samples; run k = {k} micro-batches of "
             "x.tensor_split(k) instead, one backward() each."
         )
-    many, kind = log.most_outputs_per_backward, log.widest_pass_kind
-    if many > 1:
-        before = "backward()" if kind == "backward()" else "the call"
-        return wrong(
-            f"with k = {k}, one {kind} went through the forward passes of {many} micro-batches (their losses added "
-            f"up, or their outputs concatenated, before {before}). The gradient can come out right, but every one "
-            f"of those graphs stays alive until that {kind}, so nothing is saved. " + wide_pass_hint(kind)
-        )
+    wide = wide_pass_mistake(f"With k = {k}", log)
+    if wide is not None:
+        return wide
     if steps == 0:
         return wrong("your function never calls opt.step(): the parameters do not move. Step once, after the loop.")
     return None

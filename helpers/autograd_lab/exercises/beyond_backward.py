@@ -14,19 +14,8 @@ from collections.abc import Mapping
 
 import torch
 
-from . import (
-    Feedback,
-    as_names,
-    as_number,
-    close,
-    correct,
-    describe_error,
-    is_unanswered,
-    malformed,
-    never_raises,
-    unanswered,
-    wrong,
-)
+from .answers import as_names, close, is_unanswered, read_number
+from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = [
     "FREEZE_SNIPPET",
@@ -106,11 +95,9 @@ def _hook_slips(right: float) -> list:
 @never_raises
 def check_hook_grad(answer) -> Feedback:
     """Exercise 1: the number in ``x.grad`` after ``HOOK_SNIPPET`` runs."""
-    if is_unanswered(answer):
-        return unanswered("a number: the value of x.grad after the snippet")
-    value = as_number(answer)
-    if value is None:
-        return malformed(f"give one number such as 7.5, not {type(answer).__name__}.")
+    value, problem = read_number(answer, "a number: the value of x.grad after the snippet", "7.5")
+    if problem is not None:
+        return problem
     if not math.isfinite(value):
         return malformed(f"give a finite number, not {value}.")
     run = hook_run()

@@ -17,7 +17,8 @@ from collections import Counter
 import torch
 
 from ..graphmodel import walk
-from . import Feedback, as_names, as_number, correct, is_unanswered, malformed, never_raises, unanswered, wrong
+from .answers import as_names, as_number, is_unanswered, read_number
+from .feedback import Feedback, correct, malformed, never_raises, unanswered, wrong
 
 __all__ = [
     "chain_expression",
@@ -187,11 +188,9 @@ def _gradient_slips(w: float = 0.5) -> list:
 @never_raises
 def check_chain_rule_gradient(answer) -> Feedback:
     """Exercise 2: d loss / d w at w = 0.5 for the seed's example, by the chain rule."""
-    if is_unanswered(answer):
-        return unanswered("a number: d loss / d w at w = 0.5")
-    value = as_number(answer)
-    if value is None:
-        return malformed("give one number (a Python float, or a one-element tensor), e.g. answer = -12.5.")
+    value, problem = read_number(answer, "a number: d loss / d w at w = 0.5", "-12.5")
+    if problem is not None:
+        return problem
     if not math.isfinite(value):
         return wrong(f"{value} is not a finite number: d loss / d w is an ordinary number here. Check for a "
                      "division by zero or an overflow in your working.")

@@ -11,27 +11,15 @@
 from __future__ import annotations
 
 import copy
-import inspect
 import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from ..accumulation import record_passes
-from . import (
-    Feedback,
-    as_int,
-    as_number,
-    close,
-    correct,
-    describe_error,
-    is_unanswered,
-    malformed,
-    never_raises,
-    unanswered,
-    wrong,
-)
+from .answers import as_int, as_number, close, is_unanswered, read_function
+from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
+from .loops import pass_mistake, record_passes
 
 __all__ = ["check_training_loop", "check_step_counts", "check_token_weights", "STEP_COUNT_TASK", "TOKEN_COUNTS"]
 
@@ -171,58 +159,6 @@ class _Problem:
         return max(self.size, self.last)
 
 
-def wide_pass_hint(kind: str) -> str:
-    """How to fix one gradient computation (``kind``, as ``PassLog.pass_kinds`` names it) that went through the
-    forward outputs of several micro-batches."""
-    if kind == "backward()":
-        return ("Call backward() on each micro-batch's scaled loss right after its forward pass; .grad does the "
-                "adding.")
-    return ("Assigning the result to .grad or adding it there afterwards does not undo that: compute the gradient "
-            "once per micro-batch, right after its forward pass, with backward() on its scaled loss (.grad does "
-            "the adding) or with torch.autograd.grad on it, adding each result into .grad.")
-
-
-def pass_mistake(setting: str, log, *, micro_batches: int, largest: int, forwards: int, loss_sizes=None):
-    """A loop that runs the model too often, on too much, or keeps several graphs alive for one gradient
-    computation: the wrong ``Feedback`` naming it, or None.
-
-    ``log``: the ``PassLog`` of one epoch (``record_passes``); ``micro_batches``: how many the epoch had;
-    ``largest``: the most samples a micro-batch holds; ``forwards``: the forward passes with gradients that
-    epoch; ``loss_sizes``: how many samples each loss call compared, when the loss was watched (None if not).
-    Notebook 08's loop check uses it too.
-    """
-    sizes = log.forward_sizes
-    if sizes and max(sizes) > largest:
-        return wrong(
-            f"{setting}, your model ran on {max(sizes)} samples at once, more than a micro-batch holds "
-            f"({largest}): a forward pass over concatenated micro-batches is full-batch training and keeps the "
-            "whole group's activations. Run model(x) on each micro-batch on its own and backward() its scaled loss."
-        )
-    if forwards != micro_batches:
-        extra = (" (forward passes under torch.no_grad() do not count: they build no graph)"
-                 if log.untracked_forwards else "")
-        return wrong(
-            f"{setting}, your function ran the model {forwards} times with gradients on{extra}; an epoch "
-            "of accumulation runs it once per micro-batch (model(x) for each (x, y) in micro_batches)."
-        )
-    many, kind = log.most_outputs_per_backward, log.widest_pass_kind
-    if many > 1:
-        before = "backward()" if kind == "backward()" else "the call"
-        if loss_sizes and max(loss_sizes) > largest:
-            how = f"you concatenated the outputs of {many} micro-batches into one loss"
-        elif loss_sizes is None:
-            how = (f"one {kind} went through the forward passes of {many} micro-batches (their losses added up, "
-                   f"or their outputs concatenated, before {before})")
-        else:
-            how = f"one {kind} went through the losses of {many} micro-batches (added up before {before})"
-        return wrong(
-            f"{setting}, {how}. The gradient comes out right, but each of those micro-batches keeps its graph, "
-            f"saved activations included, alive until that {kind}: the memory is the whole group's and "
-            f"accumulation saves nothing. {wide_pass_hint(kind)}"
-        )
-    return None
-
-
 def _explain_passes(p: _Problem, run: _LearnerRun):
     """A loop that runs the model too often, on too much, or keeps several graphs alive for one backward()."""
     return pass_mistake(p.setting, run.passes, micro_batches=p.n, largest=p.largest, forwards=run.forwards[0],
@@ -356,16 +292,10 @@ def _explain(p: _Problem, run: _LearnerRun):
 @never_raises
 def check_training_loop(train_epoch) -> Feedback:
     """Run the learner's ``train_epoch(model, loss_fn, optimizer, micro_batches, k)`` against full-batch training."""
-    if is_unanswered(train_epoch):
-        return unanswered(f"your fixed function (answer = train_epoch), with the signature {_SIGNATURE}")
-    if not callable(train_epoch):
-        return malformed(f"answer should be a function {_SIGNATURE}; got {type(train_epoch).__name__}.")
-    try:
-        inspect.signature(train_epoch).bind(None, None, None, None, None)
-    except TypeError:
-        return malformed(f"answer should take five arguments: {_SIGNATURE}.")
-    except ValueError:  # a builtin without a signature: just try it
-        pass
+    problem = read_function(train_epoch, f"your fixed function (answer = train_epoch), with the signature "
+                            f"{_SIGNATURE}", _SIGNATURE, 5)
+    if problem is not None:
+        return problem
     for seed, (n, k, size, last) in enumerate(_SCENARIOS):
         batches, model = _data(n, size, last, seed)
         ref, ref_model = _reference(model, batches, k)

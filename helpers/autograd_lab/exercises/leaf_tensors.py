@@ -23,18 +23,8 @@ from collections.abc import Mapping
 import torch
 
 from ..graphmodel import node_name
-from . import (
-    Feedback,
-    as_names,
-    as_number,
-    correct,
-    describe_error,
-    is_unanswered,
-    malformed,
-    never_raises,
-    unanswered,
-    wrong,
-)
+from .answers import as_names, is_unanswered, read_number
+from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = [
     "GRAD_SNIPPET",
@@ -192,13 +182,9 @@ def _grad_slips(w: torch.Tensor, once: float, calls: int, loss_line: str) -> lis
 @never_raises
 def check_grad_after_two_backwards(answer) -> Feedback:
     """Exercise 2: the value of ``w.grad`` after ``GRAD_SNIPPET`` runs."""
-    if is_unanswered(answer):
-        return unanswered("a number: the value of w.grad after the loop")
-    value = as_number(answer)
-    if value is None:
-        return malformed(
-            f"expected one number, e.g. 7.0 (a float or an int, without quotes); got {type(answer).__name__}."
-        )
+    value, problem = read_number(answer, "a number: the value of w.grad after the loop", "7.0")
+    if problem is not None:
+        return problem
     w = run_snippet(GRAD_SNIPPET)["w"]
     total = float(w.grad)
     once = float(run_snippet(GRAD_SNIPPET.replace("range(2)", "range(1)"))["w"].grad)

@@ -19,19 +19,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..measure import count_nodes
-from . import (
-    Feedback,
-    as_int,
-    as_number,
-    close,
-    correct,
-    describe_error,
-    is_unanswered,
-    malformed,
-    never_raises,
-    unanswered,
-    wrong,
-)
+from .answers import as_int, as_number, close, is_unanswered, read_number
+from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = [
     "check_looped_nodes",
@@ -98,14 +87,13 @@ def check_looped_nodes(answer, n: int = 50) -> Feedback:
         return malformed(f"n is the batch size of the exercise (n=50 in the notebook), a whole number from 1 to "
                          f"{_MAX_N}; got {n!r}.")
     n = n_given
-    if is_unanswered(answer):
-        return unanswered(f"a whole number: the node count of the looped graph for N = {n}")
-    value = as_int(answer)
-    if value is None:
-        number = as_number(answer)
-        if number is not None and not math.isfinite(number):
-            return wrong(f"{number} is not a finite number; a graph holds a whole, finite number of nodes.")
-        return malformed(f"give a whole number (an int such as 42), not {type(answer).__name__} {answer!r:.60}.")
+    number = as_number(answer)
+    if number is not None and not math.isfinite(number):
+        return wrong(f"{number} is not a finite number; a graph holds a whole, finite number of nodes.")
+    value, problem = read_number(answer, f"a whole number: the node count of the looped graph for N = {n}", "42",
+                                 whole=True)
+    if problem is not None:
+        return problem
     one, two, truth = _looped_nodes(1), _looped_nodes(2), _looped_nodes(n)
     per_sample = two - one
     shared = one - per_sample

@@ -1,0 +1,120 @@
+"""Reading a learner's answer: a number in any numeric type, a whole number, a collection of names, a function.
+
+The readers are lenient about form (``3``, ``3.0``, ``np.int64(3)`` and ``tensor(3)`` are the same
+number) and strict about meaning (a bool is not a number). ``read_number`` and ``read_function`` also
+give the feedback for an answer that is not there yet or not of the asked form, so that each check
+starts with the answer itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+
+import torch
+
+from .feedback import Feedback, malformed, unanswered
+
+__all__ = ["as_int", "as_names", "as_number", "close", "is_unanswered", "read_function", "read_number"]
+
+
+def is_unanswered(answer) -> bool:
+    """An answer still at its placeholder: ``...`` (Ellipsis) or None."""
+    return answer is Ellipsis or answer is None
+
+
+def as_number(answer) -> float | None:
+    """A learner's numeric answer as a float, or None when it is not one number.
+
+    Accepts Python ints, floats and fractions, numpy scalars and one-element arrays,
+    and one-element tensors (any shape, any dtype but bool). NaN comes back as NaN:
+    the caller decides what a non-finite answer means.
+    """
+    if isinstance(answer, bool) or answer is None:
+        return None
+    try:
+        if isinstance(answer, torch.Tensor):
+            if answer.numel() != 1 or answer.dtype == torch.bool or answer.is_sparse or answer.is_meta:
+                return None
+            return float(answer.detach().cpu().reshape(()))
+    except Exception:  # an unusual tensor (meta, sparse, a subclass) is not a number here
+        return None
+    if isinstance(answer, numbers.Real):
+        return float(answer)
+    size = getattr(answer, "size", None)  # numpy arrays and scalars without importing numpy
+    if size == 1 and hasattr(answer, "item") and getattr(answer, "dtype", None) is not None:
+        if getattr(answer.dtype, "kind", "") not in "iuf":
+            return None
+        return float(answer.item())
+    return None
+
+
+def as_int(answer) -> int | None:
+    """A learner's answer as an int when it is a whole number (``3``, ``3.0``, ``np.int64(3)``, ``tensor(3)``)."""
+    value = as_number(answer)
+    if value is None or not math.isfinite(value) or value != int(value):
+        return None
+    return int(value)
+
+
+def as_names(answer, limit: int = 100) -> list | None:
+    """A learner's collection of names as a list, in the order given, or None when it is not one.
+
+    A set, frozenset, list, tuple, dict keys view, generator or other iterator counts;
+    a string, a mapping, a tensor or array does not, and neither does one of more than
+    ``limit`` items (an endless generator is read no further). The items are not checked.
+    """
+    if isinstance(answer, (str, bytes, Mapping)) or hasattr(answer, "shape") or not isinstance(answer, Iterable):
+        return None
+    items = list(itertools.islice(iter(answer), limit + 1))
+    return items if len(items) <= limit else None
+
+
+def close(a, b, *, rtol: float = 1e-5, atol: float = 1e-7) -> bool:
+    """Are two numbers (or equal-shaped tensors) the same up to float32 rounding? Non-finite never matches."""
+    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
+    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
+    if a.shape != b.shape or not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return False
+    return bool(torch.allclose(a, b, rtol=rtol, atol=atol))
+
+
+def read_number(answer, asked: str, example: str = "7.5", *, whole: bool = False):
+    """A learner's number answer as ``(value, None)``, or ``(None, feedback)`` for one that is not there yet
+    (``asked`` says what to write in place of the ...) or is not one number (a whole one with ``whole``).
+
+    NaN and infinity come back as values: what a non-finite answer means is the exercise's to say.
+    """
+    if is_unanswered(answer):
+        return None, unanswered(asked)
+    if whole:
+        value = as_int(answer)
+        if value is None:
+            return None, malformed(f"give a whole number such as {example} (an int, without quotes), not "
+                                   f"{type(answer).__name__} {answer!r:.60}.")
+        return value, None
+    value = as_number(answer)
+    if value is None:
+        return None, malformed(f"give one number such as {example} (a float or an int, without quotes), not "
+                               f"{type(answer).__name__}.")
+    return value, None
+
+
+def read_function(answer, asked: str, signature: str, arguments: int) -> Feedback | None:
+    """None when ``answer`` is a function that takes ``arguments`` positional arguments; else the feedback:
+    unanswered at the placeholder (``asked`` says what to give), malformed for anything else (``signature``
+    shows how it is called)."""
+    if is_unanswered(answer):
+        return unanswered(asked)
+    if not callable(answer):
+        return malformed(f"give the function itself, {signature}, not {type(answer).__name__}.")
+    try:
+        inspect.signature(answer).bind(*[None] * arguments)
+    except TypeError:
+        return malformed(f"the function must take {arguments} arguments: {signature}.")
+    except ValueError:  # a builtin without a signature to read: the call will tell
+        pass
+    return None

@@ -1,0 +1,103 @@
+"""What a check says about an answer: ``Feedback``, right, wrong (with a hint that teaches), not answered
+yet, or malformed (with the form the answer should have).
+
+A check never raises on a learner's answer (``never_raises``); grading code calls
+``feedback.assert_passed()``, which raises ``AssertionError`` with the same hint the learner sees.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+from dataclasses import dataclass
+
+__all__ = ["Feedback", "correct", "describe_error", "malformed", "never_raises", "unanswered", "wrong"]
+
+_STYLE = {
+    "correct": ("#e6f4ea", "#1e7e34", "Correct"),
+    "wrong": ("#fdecea", "#b02a37", "Not yet"),
+    "unanswered": ("#f1f3f5", "#495057", "Your turn"),
+    "malformed": ("#fff4e5", "#a05a00", "Check the form of your answer"),
+}
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What a check says about an answer. ``passed`` is True only for a right answer."""
+
+    status: str  # "correct", "wrong", "unanswered" or "malformed"
+    message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "correct"
+
+    def __bool__(self):
+        return self.passed
+
+    def assert_passed(self):
+        """For graders: raise ``AssertionError`` carrying the learner's feedback unless the answer is right."""
+        if not self.passed:
+            raise AssertionError(f"{_STYLE[self.status][2]}: {self.message}")
+        return self
+
+    def __repr__(self):
+        return f"{_STYLE[self.status][2]}: {self.message}"
+
+    def _repr_html_(self):
+        bg, fg, title = _STYLE[self.status]
+        body = html.escape(self.message).replace("\n", "<br>")
+        return (
+            f'<div class="al-feedback al-{self.status}" style="background:{bg};border-left:4px solid {fg};'
+            f'padding:6px 10px;margin:4px 0"><b style="color:{fg}">{title}:</b> {body}</div>'
+        )
+
+
+def correct(message: str) -> Feedback:
+    return Feedback("correct", message)
+
+
+def wrong(message: str) -> Feedback:
+    return Feedback("wrong", message)
+
+
+def unanswered(what: str) -> Feedback:
+    return Feedback("unanswered", f"replace the ... with {what}, then run the cell again.")
+
+
+def malformed(message: str) -> Feedback:
+    return Feedback("malformed", message)
+
+
+def describe_error(err: BaseException) -> str:
+    """``"TypeError: first line of the message"``: how feedback names an exception a learner's code raised.
+
+    Never raises: an exception whose ``__str__`` raises (or returns no string) is named by its class alone.
+    """
+    try:
+        text = str(err)
+        first = text.splitlines()[0] if text else ""
+    except Exception:  # noqa: BLE001 -- a learner's exception class can break __str__ any way it likes
+        first = ""
+    return f"{type(err).__name__}: {first}".rstrip(": ")
+
+
+def never_raises(check):
+    """Wrap a check so that nothing a learner's answer does escapes as an exception.
+
+    An exception inside the check becomes ``malformed`` feedback naming the error. ``KeyboardInterrupt``,
+    ``SystemExit`` and the other ``BaseException`` subclasses (``GeneratorExit``, ``CancelledError``)
+    propagate: they are requests to stop, not mistakes in an answer.
+    """
+
+    @functools.wraps(check)
+    def guarded(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 -- a learner's code can raise anything
+            return malformed(
+                f"checking your answer raised {describe_error(err)}. Look at what your code does with the "
+                "inputs the exercise describes, then run the cell again."
+            )
+
+    return guarded

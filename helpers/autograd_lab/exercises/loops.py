@@ -1,0 +1,159 @@
+"""Watching a learner's training loop: how often it ran the model, on how much, and how many micro-batches
+each gradient computation went through.
+
+Three checks share it (notebooks 04, 05 and 08): a loop that computes the right gradient but does not
+accumulate -- one forward pass over a whole group, or one ``backward()`` over the losses of several
+micro-batches, which keeps all their graphs alive -- must not pass. ``record_passes(model)`` watches the
+loop; ``pass_mistake`` and ``wide_pass_mistake`` turn what it saw into the hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .feedback import wrong
+
+__all__ = ["PassLog", "pass_mistake", "record_passes", "wide_pass_hint", "wide_pass_mistake"]
+
+
+@dataclass
+class PassLog:
+    """What ``record_passes`` saw a training loop do with a model.
+
+    ``forward_sizes``: the batch size of each forward pass that built a graph (gradients enabled);
+    ``untracked_forwards``: forward passes that built none (``torch.no_grad()``, inference mode);
+    ``outputs_per_backward``: for each gradient computation (a ``backward()`` or a ``torch.autograd.grad``
+    call) that went through the model's outputs, how many of those forward outputs it went through. A true
+    accumulation loop gives 1 each time: one graph alive at a time. More than 1 means several micro-batches'
+    graphs were kept alive for one gradient computation. ``pass_kinds``: for each of them, "backward()" when
+    it accumulated into the first parameter's ``.grad``, else "torch.autograd.grad call" (which returns the
+    gradients instead).
+    """
+
+    forward_sizes: list = field(default_factory=list)
+    untracked_forwards: int = 0
+    outputs_per_backward: list = field(default_factory=list)
+    pass_kinds: list = field(default_factory=list)
+    _reached: int = field(default=0, repr=False)
+    _accumulated: bool = field(default=False, repr=False)
+
+    @property
+    def most_outputs_per_backward(self) -> int:
+        return max(self.outputs_per_backward, default=0)
+
+    @property
+    def widest_pass_kind(self) -> str:
+        """How the gradient computation that went through the most outputs was called ("backward()" if none)."""
+        if not self.outputs_per_backward:
+            return "backward()"
+        return self.pass_kinds[self.outputs_per_backward.index(self.most_outputs_per_backward)]
+
+
+def _queue_at_end_of_backward(callback):
+    """Run ``callback`` when the gradient computation now running ends (``backward()`` and ``autograd.grad``)."""
+    torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
+@contextlib.contextmanager
+def record_passes(model: nn.Module):
+    """Record the forward and backward passes of ``model`` while the block runs; yields a ``PassLog``.
+
+    A gradient computation is delimited by autograd itself (a callback queued for its end), so one
+    ``torch.autograd.grad`` call over several micro-batches' losses is seen as one, like one ``backward()``.
+    """
+    log = PassLog()
+    first = next((p for p in model.parameters() if p.requires_grad), None)
+
+    def end_of_pass():
+        if log._reached:  # the first output's callback closes the pass; the others find nothing left
+            log.outputs_per_backward.append(log._reached)
+            log.pass_kinds.append("backward()" if log._accumulated else "torch.autograd.grad call")
+            log._reached, log._accumulated = 0, False
+
+    def output_reached(grad):
+        log._reached += 1
+        _queue_at_end_of_backward(end_of_pass)
+
+    def after_forward(module, args, out):
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            x = args[0] if args else None
+            log.forward_sizes.append(len(x) if isinstance(x, torch.Tensor) and x.dim() else 1)
+            out.register_hook(output_reached)
+        else:
+            log.untracked_forwards += 1
+
+    def after_accumulation(param):
+        if log._reached:  # a pass through the outputs (not, say, a penalty's own backward) reached .grad
+            log._accumulated = True
+
+    handles = [model.register_forward_hook(after_forward)]
+    if first is not None:
+        handles.append(first.register_post_accumulate_grad_hook(after_accumulation))
+    try:
+        yield log
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def wide_pass_hint(kind: str) -> str:
+    """How to fix one gradient computation (``kind``, as ``PassLog.pass_kinds`` names it) that went through the
+    forward outputs of several micro-batches."""
+    if kind == "backward()":
+        return ("Call backward() on each micro-batch's scaled loss right after its forward pass; .grad does the "
+                "adding.")
+    return ("Assigning the result to .grad or adding it there afterwards does not undo that: compute the gradient "
+            "once per micro-batch, right after its forward pass, with backward() on its scaled loss (.grad does "
+            "the adding) or with torch.autograd.grad on it, adding each result into .grad.")
+
+
+def pass_mistake(setting: str, log, *, micro_batches: int, largest: int, forwards: int, loss_sizes=None):
+    """A loop that runs the model too often, on too much, or keeps several graphs alive for one gradient
+    computation: the wrong ``Feedback`` naming it, or None.
+
+    ``log``: the ``PassLog`` of one epoch (``record_passes``); ``micro_batches``: how many the epoch had;
+    ``largest``: the most samples a micro-batch holds; ``forwards``: the forward passes with gradients that
+    epoch; ``loss_sizes``: how many samples each loss call compared, when the loss was watched (None if not).
+    Notebooks 04's and 08's loop checks use it.
+    """
+    sizes = log.forward_sizes
+    if sizes and max(sizes) > largest:
+        return wrong(
+            f"{setting}, your model ran on {max(sizes)} samples at once, more than a micro-batch holds "
+            f"({largest}): a forward pass over concatenated micro-batches is full-batch training and keeps the "
+            "whole group's activations. Run model(x) on each micro-batch on its own and backward() its scaled loss."
+        )
+    if forwards != micro_batches:
+        extra = (" (forward passes under torch.no_grad() do not count: they build no graph)"
+                 if log.untracked_forwards else "")
+        return wrong(
+            f"{setting}, your function ran the model {forwards} times with gradients on{extra}; an epoch "
+            "of accumulation runs it once per micro-batch (model(x) for each (x, y) in micro_batches)."
+        )
+    return wide_pass_mistake(setting, log, largest=largest, loss_sizes=loss_sizes)
+
+
+def wide_pass_mistake(setting: str, log, *, largest: int | None = None, loss_sizes=None):
+    """One gradient computation that went through the forward outputs of several micro-batches: the wrong
+    ``Feedback`` naming it, or None. ``loss_sizes`` (with ``largest``, the most samples a micro-batch holds)
+    tells a concatenation of outputs from losses added up, when the loss was watched."""
+    many, kind = log.most_outputs_per_backward, log.widest_pass_kind
+    if many <= 1:
+        return None
+    before = "backward()" if kind == "backward()" else "the call"
+    if loss_sizes and largest is not None and max(loss_sizes) > largest:
+        how = f"you concatenated the outputs of {many} micro-batches into one loss"
+    elif loss_sizes is None:
+        how = (f"one {kind} went through the forward passes of {many} micro-batches (their losses added up, "
+               f"or their outputs concatenated, before {before})")
+    else:
+        how = f"one {kind} went through the losses of {many} micro-batches (added up before {before})"
+    return wrong(
+        f"{setting}, {how}. The gradient can come out right, but each of those micro-batches keeps its graph, "
+        f"saved activations included, alive until that {kind}: the memory is the whole group's and "
+        f"accumulation saves nothing. {wide_pass_hint(kind)}"
+    )
