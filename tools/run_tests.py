@@ -13,12 +13,13 @@ them one after the other, as before (for a slow machine, or to read the browser 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from autograd_lab import processes  # the standard library only: no torch for this driver
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "test-artifacts" / "browser-tests.log"
@@ -31,26 +32,12 @@ def commands(jobs: int) -> tuple[list[str], list[str]]:
     return rest, browser
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-
-
 def side_by_side(rest: list[str], browser: list[str]) -> int:
     LOG.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     print(f"make test: the browser tests run beside the rest; their output: {LOG.relative_to(ROOT)}", flush=True)
     with open(LOG, "w") as log:
-        side = subprocess.Popen(browser, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        side = processes.start(browser, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             rest_code = subprocess.call(rest, cwd=ROOT)
             rest_s = time.monotonic() - start
@@ -58,7 +45,7 @@ def side_by_side(rest: list[str], browser: list[str]) -> int:
                 print("\nmake test: waiting for the browser tests ...", flush=True)
             browser_code = side.wait()
         finally:  # Ctrl-C or an error here: the browser suite does not outlive make test
-            _stop(side)
+            processes.stop(side, signal.SIGTERM, grace=10)
     print(f"\n{'=' * 30} browser tests (JupyterLab in Chromium) {'=' * 30}", flush=True)
     sys.stdout.write(LOG.read_text())
     print(f"\nmake test: unit tests and nbval {'passed' if rest_code == 0 else 'FAILED'} ({rest_s:.0f} s); "

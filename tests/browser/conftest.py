@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from autograd_lab import processes
 from autograd_lab.distributed import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -83,7 +84,7 @@ SERVER_CONFIG = {
 }
 
 
-TIMINGS: list[tuple[str, dict, dict]] = []  # (test id, {phase: seconds}, {control kind: count})
+SECONDS = "browser tests: seconds per notebook"  # the table printed at the end of the session
 
 
 def pytest_generate_tests(metafunc):
@@ -160,9 +161,8 @@ class LabServer:
                 "--IdentityProvider.token=",
                 "--ServerApp.password=",
             ]  # fmt: skip
-            self.proc = subprocess.Popen(
-                cmd, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+            self.proc = processes.start(
+                cmd, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
             log.close()
             deadline = time.monotonic() + SERVER_START_TIMEOUT
@@ -233,12 +233,8 @@ class LabServer:
         if self.proc is None or self.proc.poll() is not None:
             return
         self.shutdown_kernels()
-        self.proc.send_signal(signal.SIGTERM)  # the server shuts its kernels down on SIGTERM
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        # the server alone gets SIGTERM: it shuts its kernels down itself; its group is killed if it hangs
+        processes.stop(self.proc, signal.SIGTERM, grace=20, leader_only=True)
 
 
 @pytest.fixture(scope="session")
@@ -384,7 +380,7 @@ def shared_page(browser_context):
 
 
 @pytest.fixture
-def lab(shared_page, lab_server, request):
+def lab(shared_page, lab_server, request, seconds_table):
     page = shared_page.take()
     session = Lab(page, lab_server, shared_page.console)
     request.node._al_lab = session
@@ -405,7 +401,9 @@ def lab(shared_page, lab_server, request):
             lab_server.end_session(session_id)
         if session.timings:
             name = request.node.callspec.id if hasattr(request.node, "callspec") else request.node.name
-            TIMINGS.append((name, session.timings, dict(session.operated)))
+            phases = ", ".join(f"{phase} {seconds:.1f}" for phase, seconds in session.timings.items())
+            controls = ", ".join(f"{kind} x{n}" for kind, n in sorted(session.operated.items())) or "none"
+            seconds_table(SECONDS).add(name, sum(session.timings.values()), f"{phases}; controls operated: {controls}")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -424,16 +422,3 @@ def pytest_runtest_makereport(item, call):
         report.sections.append(("browser artifacts", f"written for {session.path}:\n{listing}"))
     return report
 
-
-def pytest_terminal_summary(terminalreporter):
-    if not TIMINGS:
-        return
-    terminalreporter.section("browser tests: seconds per notebook")
-    total = 0.0
-    for name, phases, operated in TIMINGS:
-        spent = sum(phases.values())
-        total += spent
-        detail = ", ".join(f"{phase} {seconds:.1f}" for phase, seconds in phases.items())
-        controls = ", ".join(f"{kind} x{n}" for kind, n in sorted(operated.items())) or "none"
-        terminalreporter.write_line(f"{name:<36} {spent:6.1f}  ({detail}; controls operated: {controls})")
-    terminalreporter.write_line(f"{'all together':<36} {total:6.1f}")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from autograd_lab import processes
 from autograd_lab.distributed import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -36,7 +37,7 @@ START_TIMEOUT_S = float(os.environ.get("AUTOGRAD_LAB_HUB_START_TIMEOUT", 90))
 STOP_TIMEOUT_S = 30
 STUDENTS = ("alice", "bob")
 INSTRUCTOR = "instructor"
-TIMINGS: dict[str, float] = {}  # phase -> seconds, printed at the end of the session
+SECONDS = "class on JupyterHub: seconds per phase"  # the table printed at the end of the session
 
 
 def _load(name: str, path: Path):
@@ -103,9 +104,9 @@ class Hub:
     def start(self):
         (self.root / "tmp").mkdir(parents=True)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
+            self.proc = processes.start(
                 [sys.executable, str(HUB_TOOL), "start"], cwd=REPO, env=self.env, stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -149,13 +150,8 @@ class Hub:
         if self.proc is None:
             return []
         self.note_processes()
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)  # what Ctrl+C does to `hub.py start` and the hub under it
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        # SIGINT to the group is what Ctrl+C does to `hub.py start` and the hub under it
+        processes.stop(self.proc, signal.SIGINT, grace=STOP_TIMEOUT_S)
         left = []
         deadline = time.monotonic() + 10
         for pid, cmd in self.started.items():
@@ -191,7 +187,7 @@ def chromium():
 
 
 @pytest.fixture(scope="module")
-def hub(chromium):
+def hub(chromium, seconds_table):
     for module, hint in (("jupyterhub", "the hub extra"), ("nbgrader", "the classroom extra"), ("psutil", "psutil")):
         if importlib.util.find_spec(module) is None:
             _missing(f"{module} is not installed.", f"Install {hint}: .venv/bin/python -m pip install -e '.[hub]'")
@@ -203,12 +199,12 @@ def hub(chromium):
     try:
         started = time.monotonic()
         server.start()
-        TIMINGS["hub starts"] = time.monotonic() - started
+        seconds_table(SECONDS).add("hub starts", time.monotonic() - started)
         yield server
     finally:
         started = time.monotonic()
         left = server.stop()
-        TIMINGS["everything stops"] = time.monotonic() - started
+        seconds_table(SECONDS).add("everything stops", time.monotonic() - started)
         if left:
             failed = f"processes left after the hub stopped (killed now): {left}\n{server.log_tail()}"
         shutil.rmtree(root, ignore_errors=True)
@@ -221,18 +217,19 @@ def hub(chromium):
 class Phases:
     """Call with a phase's name when it ends: its seconds go into the session's summary."""
 
-    def __init__(self):
+    def __init__(self, table):
+        self.table = table
         self.last = time.monotonic()
 
     def __call__(self, name: str):
         now = time.monotonic()
-        TIMINGS[name] = now - self.last
+        self.table.add(name, now - self.last)
         self.last = now
 
 
 @pytest.fixture
-def phase(hub):
-    return Phases()
+def phase(hub, seconds_table):
+    return Phases(seconds_table(SECONDS))
 
 
 ARTIFACTS = Path(os.environ.get("AUTOGRAD_LAB_ARTIFACTS", REPO / "test-artifacts")) / "hub"
@@ -256,11 +253,3 @@ def pytest_runtest_makereport(item, call):
         report.sections.append(("hub artifacts", f"screenshots and the hub's log: {ARTIFACTS}"))
     return report
 
-
-def pytest_terminal_summary(terminalreporter):
-    if not TIMINGS:
-        return
-    terminalreporter.section("class on JupyterHub: seconds per phase")
-    for phase, seconds in TIMINGS.items():
-        terminalreporter.write_line(f"{phase:<60} {seconds:6.1f}")
-    terminalreporter.write_line(f"{'all together':<60} {sum(TIMINGS.values()):6.1f}")
