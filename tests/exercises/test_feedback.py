@@ -1,12 +1,18 @@
-"""Feedback: what every exercise check returns."""
+"""Feedback, what every exercise check returns, and the readers of an answer that the checks share."""
 
+import math
+from fractions import Fraction
+
+import numpy as np
 import pytest
+import torch
+from learner_code import BrokenMessage
 
-from autograd_lab.exercises import (
+from autograd_lab.exercises.answers import is_unanswered, read_function, read_number
+from autograd_lab.exercises.feedback import (
     Feedback,
     correct,
     describe_error,
-    is_unanswered,
     malformed,
     never_raises,
     unanswered,
@@ -39,11 +45,6 @@ def test_placeholders_count_as_unanswered():
     assert isinstance(unanswered("x"), Feedback)
 
 
-class BrokenMessage(Exception):
-    def __str__(self):
-        raise RuntimeError("no message either")
-
-
 class NotAString(Exception):
     def __str__(self):
         return 42
@@ -67,3 +68,44 @@ def test_never_raises_reports_an_exception_whose_message_breaks(err):
 
     fb = check(3)
     assert fb.status == "malformed" and f"raised {type(err).__name__}." in fb.message, fb
+
+
+# ---------------------------------------------------------------- reading an answer
+
+
+@pytest.mark.parametrize("answer", [3, 3.0, Fraction(3), np.int64(3), np.float32(3), np.array([3.0]), torch.tensor(3),
+                                    torch.tensor([[3.0]])], ids=str)
+def test_a_number_is_read_in_any_numeric_type(answer):
+    assert read_number(answer, "a number", "7.5") == (3.0, None)
+    assert read_number(answer, "a number", "7", whole=True) == (3, None)
+
+
+@pytest.mark.parametrize("answer", ["3", True, [3], torch.tensor([3.0, 4.0]), torch.tensor(True), 3j], ids=str)
+def test_what_is_not_one_number_is_malformed_and_says_so(answer):
+    value, fb = read_number(answer, "a number", "7.5")
+    assert value is None and fb.status == "malformed" and "one number such as 7.5" in fb.message
+
+
+def test_a_whole_number_is_asked_for_where_one_is_wanted():
+    value, fb = read_number(2.5, "a count", "3", whole=True)
+    assert value is None and fb.status == "malformed" and "whole number such as 3" in fb.message
+
+
+def test_the_placeholder_is_unanswered_and_nan_is_left_to_the_exercise():
+    for placeholder in (..., None):
+        value, fb = read_number(placeholder, "a number: the value of x.grad", "7.5")
+        assert value is None and fb.status == "unanswered" and "a number: the value of x.grad" in fb.message
+    value, fb = read_number(float("nan"), "a number", "7.5")
+    assert math.isnan(value) and fb is None
+
+
+def test_a_function_answer_must_take_the_arguments_it_is_called_with():
+    signature = "f(a, b)"
+    assert read_function(lambda a, b: None, "your f", signature, 2) is None
+    assert read_function(print, "your f", signature, 2) is None  # no signature to read: the call decides
+    assert read_function(..., "your f", signature, 2).status == "unanswered"
+    fb = read_function(3, "your f", signature, 2)
+    assert fb.status == "malformed" and "the function itself, f(a, b), not int" in fb.message
+    fb = read_function(lambda a: None, "your f", signature, 2)
+    assert fb.status == "malformed" and "must take 2 arguments: f(a, b)" in fb.message
+

@@ -1,8 +1,8 @@
 """What a learner may pass the instruments: every bad input ends quickly, leaves no process,
 and is refused at the boundary with a message naming the argument -- or gives a correct result.
 
-One table per module (measure, env, widgets, distributed); the graph drawing and the exercise
-checks have tables of their own beside their tests.
+One table per module (measure, env, widgets, distributed, timeline); the graph drawing and the
+exercise checks have tables of their own beside their tests.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import pytest
 import torch
 
 import autograd_lab as lab
-from autograd_lab import distributed as dl
 from autograd_lab import env
+from autograd_lab.distributed import port_is_free, torchrun
 from autograd_lab.measure import held_bytes
-from autograd_lab.widgets import control_for, live
+from autograd_lab.timeline import draw_update_timeline
+from autograd_lab.widgets import control_for, live, run_button
 
 pytestmark = pytest.mark.timeout(20)  # no hang: every call here is bounded
 
@@ -133,7 +134,7 @@ def test_a_dot_that_cannot_load_its_libraries_reads_not_ready_with_the_repair(tm
     assert report["ready"] is False and report["graphviz (dot)"] == "BROKEN"
     assert "libgvc.so.6" in report["repair"] and "exited with 127" in report["repair"]
     assert env.graphviz_install_hint() in report["repair"]
-    assert env.graphviz_version() is None
+    assert env.graphviz_check()[0] is None
 
 
 @needs_sh
@@ -264,17 +265,17 @@ def script(tmp_path):
     ({"port": "29500"}, ValueError, "port"),
 ])
 def test_torchrun_checks_its_arguments_before_starting_anything(script, kwargs, error, names):
-    refused(lambda: dl.torchrun(script, **kwargs), error, names)
+    refused(lambda: torchrun(script, **kwargs), error, names)
 
 
 def test_torchrun_script_must_be_an_existing_file(tmp_path):
-    refused(lambda: dl.torchrun(3), TypeError, "script")
-    refused(lambda: dl.torchrun(tmp_path / "nothere.py"), FileNotFoundError, "nothere.py")
+    refused(lambda: torchrun(3), TypeError, "script")
+    refused(lambda: torchrun(tmp_path / "nothere.py"), FileNotFoundError, "nothere.py")
 
 
 @pytest.mark.parametrize("port", [0, -1, 65536, "80", None, 1.5])
 def test_port_is_free_wants_a_port_number(port):
-    refused(lambda: dl.port_is_free(port), ValueError, "port")
+    refused(lambda: port_is_free(port), ValueError, "port")
 
 
 @pytest.mark.parametrize("events, error", [
@@ -285,7 +286,7 @@ def test_port_is_free_wants_a_port_number(port):
     (3, TypeError),
 ])
 def test_timeline_events_must_be_kind_start_end(events, error):
-    refused(lambda: dl.draw_update_timeline(events), error, "events_by_rank")
+    refused(lambda: draw_update_timeline(events), error, "events_by_rank")
 
 
 @pytest.mark.parametrize("kwargs, error, names", [
@@ -296,14 +297,14 @@ def test_timeline_events_must_be_kind_start_end(events, error):
 ])
 def test_run_button_checks_its_arguments(kwargs, error, names):
     args = {"start": lambda: None, "on_done": print, **kwargs}
-    refused(lambda: dl.run_button(args.pop("start"), args.pop("on_done"), **args), error, names)
+    refused(lambda: run_button(args.pop("start"), args.pop("on_done"), **args), error, names)
 
 
 def test_run_button_survives_a_start_that_raises_a_base_exception():
     def interrupted():
         raise KeyboardInterrupt
 
-    box = dl.run_button(interrupted, print)
+    box = run_button(interrupted, print)
     button, _, status = box.children
     button.click()
     deadline = time.monotonic() + 5

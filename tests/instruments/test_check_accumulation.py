@@ -1,8 +1,9 @@
-"""check_accumulation at its boundary and where the course's lessons apply (issue 14 part 5, issue 22 item 4).
-
-The basic verdicts (plain MLP, unequal micro-batches, missing scaling, BatchNorm, dropout) are tested in
-tests/notebooks/test_gradient_accumulation.py; this file covers the inputs a learner's own project passes.
+"""check_accumulation: its verdicts and the causes it names (unequal micro-batches, missing scaling, BatchNorm,
+dropout, losses over the items that count), and its boundary: the inputs a learner's own project passes
+(numpy and torch integers, non-finite values, low-precision models, single-sample BatchNorm, bad arguments).
 """
+
+import copy
 
 import numpy as np
 import pytest
@@ -10,15 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograd_lab.accumulation import AccumulationReport, check_accumulation
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from autograd_lab.accumulation import SCALES, AccumulationReport, check_accumulation
 
 
 @pytest.fixture
@@ -35,6 +28,150 @@ def _mlp(dtype=torch.float32):
 def _classifier():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 4))
+
+
+# --------------------------------------------------------------------------- verdicts and causes
+
+
+def test_check_accumulation_agrees_for_a_plain_mlp(data):
+    X, Y = data
+    for k in (1, 2, 3, 4, 32):
+        report = check_accumulation(_mlp(), nn.MSELoss(), X, Y, k)
+        assert report.agree and bool(report) and report.causes == [], k
+        assert sum(report.sizes) == 32 and len(report.sizes) == k
+    assert "AGREE" in str(report) and "IS the full-batch step" in str(report)
+
+
+def test_check_accumulation_names_unequal_micro_batches(data):
+    X, Y = data
+    report = check_accumulation(nn.Linear(3, 1), nn.MSELoss(), X[:10], Y[:10], 2, sizes=(7, 3), scale="k")
+    assert not report.agree and report.causes[0].startswith("unequal micro-batches")
+    assert report.max_diff > 1e-3 and "DIFFER" in str(report)
+    assert check_accumulation(nn.Linear(3, 1), nn.MSELoss(), X[:10], Y[:10], 2, sizes=(7, 3)).agree
+
+
+def test_check_accumulation_names_missing_scaling(data):
+    X, Y = data
+    report = check_accumulation(_mlp(), nn.MSELoss(), X, Y, 4, scale="none")
+    assert not report.agree and report.causes[0].startswith("missing /k scaling")
+    assert "4 times" in report.causes[0]
+    assert report.rel_diff == pytest.approx(3.0, rel=1e-4)
+
+
+def test_check_accumulation_names_a_summed_loss_scaled_twice(data):
+    X, Y = data
+    report = check_accumulation(_mlp(), nn.MSELoss(reduction="sum"), X, Y, 2, scale="k")
+    assert not report.agree and "scale='none'" in report.causes[0]
+    assert check_accumulation(_mlp(), nn.MSELoss(reduction="sum"), X, Y, 2, scale="none").agree
+
+
+def test_check_accumulation_names_batchnorm_and_its_running_stats(data):
+    X, Y = data
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+    report = check_accumulation(model, nn.MSELoss(), X, Y, 2)
+    assert not report.agree and report.causes[0].startswith("BatchNorm")
+    assert any("num_batches_tracked (full batch 1, accumulated 2)" in b for b in report.buffers_differ)
+    model.eval()  # in eval mode BatchNorm uses its running statistics: nothing mixes samples
+    assert check_accumulation(model, nn.MSELoss(), X, Y, 2).agree
+
+
+def test_check_accumulation_names_dropout(data):
+    X, Y = data
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.5), nn.ReLU(), nn.Linear(8, 8), nn.Dropout(0.5),
+                          nn.Linear(8, 1))
+    report = check_accumulation(model, nn.MSELoss(), X, Y, 2)
+    assert not report.agree and report.causes[0].startswith("dropout")
+
+
+def test_check_accumulation_names_two_causes_at_once(data):
+    X, Y = data
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+    report = check_accumulation(model, nn.MSELoss(), X, Y, 2, scale="none")
+    assert report.causes[0].startswith("BatchNorm") and report.causes[1].startswith("missing /k")
+
+
+def test_check_accumulation_with_an_optimizer_step(data):
+    X, Y = data
+    sgd = check_accumulation(_mlp(), nn.MSELoss(), X, Y, 2, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    assert sgd.agree and sgd.params_agree and sgd.optimizer == "SGD"
+    # Adam divides by the gradient's own size: a missing / k changes the gradient, not (much) the step.
+    adam = check_accumulation(_mlp(), nn.MSELoss(), X, Y, 2, scale="none",
+                              optimizer=lambda p: torch.optim.Adam(p, lr=1e-3))
+    assert not adam.grads_agree and adam.params_agree and "parameters AGREE" in str(adam)
+
+
+def test_check_accumulation_leaves_the_model_and_random_state_alone(data):
+    X, Y = data
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.Dropout(0.3), nn.Linear(8, 1))
+    model(X).sum().backward()
+    before = copy.deepcopy(model.state_dict())
+    grads = [p.grad.clone() for p in model.parameters()]
+    rng = torch.get_rng_state()
+    check_accumulation(model, nn.MSELoss(), X, Y, 4, scale="k")
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert model.training
+    for name, t in model.state_dict().items():
+        assert torch.equal(t, before[name]), name
+    for p, g in zip(model.parameters(), grads):
+        assert torch.equal(p.grad, g)
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(k=0), ValueError, "at least 1"),
+    (dict(k=-2), ValueError, "at least 1"),
+    (dict(k=33), ValueError, "batch holds 32"),
+    (dict(k=2.0), TypeError, "must be an int"),
+    (dict(k=True), TypeError, "must be an int"),
+    (dict(k=2, scale="mean"), ValueError, "scale must be one of"),
+    (dict(k=2, sizes=(30, 3)), ValueError, "adding up to the batch size 32"),
+    (dict(k=2, sizes=(32,)), ValueError, "2 positive ints"),
+    (dict(k=2, sizes="ab"), TypeError, "sequence of 2 ints"),
+    (dict(k=2, optimizer=3), TypeError, "factory"),
+])
+def test_check_accumulation_bad_arguments_get_clear_errors(data, kwargs, error, words):
+    X, Y = data
+    with pytest.raises(error, match=words):
+        check_accumulation(_mlp(), nn.MSELoss(), X, Y, **kwargs)
+
+
+def test_check_accumulation_bad_models_losses_and_batches(data):
+    X, Y = data
+    with pytest.raises(ValueError, match="not a scalar"):
+        check_accumulation(_mlp(), nn.MSELoss(reduction="none"), X, Y, 2)
+    with pytest.raises(TypeError, match="must return a tensor"):
+        check_accumulation(_mlp(), lambda out, y: 1.0, X, Y, 2)
+    with pytest.raises(ValueError, match="does not depend on any parameter"):
+        check_accumulation(_mlp(), lambda out, y: y.sum(), X, Y, 2)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        check_accumulation(lambda x: x, nn.MSELoss(), X, Y, 2)
+    with pytest.raises(TypeError, match="callable"):
+        check_accumulation(_mlp(), "mse", X, Y, 2)
+    with pytest.raises(ValueError, match="must match"):
+        check_accumulation(_mlp(), nn.MSELoss(), X, Y[:5], 2)
+    with pytest.raises(TypeError, match="inputs must be a torch.Tensor"):
+        check_accumulation(_mlp(), nn.MSELoss(), X.tolist(), Y, 2)
+    frozen = _mlp().requires_grad_(False)
+    with pytest.raises(ValueError, match="no parameter that requires grad"):
+        check_accumulation(frozen, nn.MSELoss(), X, Y, 2)
+
+
+def test_each_scale_is_right_for_the_loss_it_is_meant_for(data):
+    X, Y = data
+
+    def summed_over_the_batch(out, y):  # already divided by the whole batch's count: needs no scaling
+        return F.mse_loss(out, y, reduction="sum") / len(X)
+
+    cases = {"size": (nn.MSELoss(), (20, 12)), "k": (nn.MSELoss(), (16, 16)), "none": (summed_over_the_batch, (20, 12))}
+    assert set(cases) == set(SCALES)
+    for scale, (loss_fn, sizes) in cases.items():
+        assert check_accumulation(_mlp(), loss_fn, X, Y, 2, sizes=sizes, scale=scale).agree, scale
+        if scale != "size":
+            assert not check_accumulation(_mlp(), loss_fn, X, Y, 2, sizes=(20, 12) if scale == "k" else sizes,
+                                          scale="k" if scale == "none" else scale).agree, scale
 
 
 # --------------------------------------------------------------------------- arguments
@@ -248,27 +385,6 @@ def test_the_report_keeps_no_unread_gradient_copies(data):
     X, Y = data
     report = check_accumulation(_mlp(), nn.MSELoss(), X, Y, 2)
     assert not hasattr(report, "grads_full") and not hasattr(report, "grads_accumulated")
-
-
-# --------------------------------------------------------------------------- record_passes (used by the checks)
-
-
-def test_record_passes_counts_graphs_per_backward_and_ignores_gradient_free_forwards():
-    from autograd_lab.accumulation import record_passes
-
-    model = nn.Linear(3, 1)
-    xs = [torch.randn(4, 3) for _ in range(3)]
-    with record_passes(model) as log:
-        for x in xs:  # accumulation: one graph per backward
-            model(x).pow(2).mean().backward()
-            with torch.no_grad():
-                model(x)
-        sum(model(x).pow(2).mean() for x in xs).backward()  # one backward over three graphs
-        torch.cat([model(x) for x in xs]).pow(2).mean().backward()
-    assert log.forward_sizes == [4] * 9 and log.untracked_forwards == 3
-    assert log.outputs_per_backward == [1, 1, 1, 3, 3] and log.most_outputs_per_backward == 3
-    model(xs[0]).sum().backward()  # the hooks are gone after the block
-    assert len(log.forward_sizes) == 9 and len(log.outputs_per_backward) == 5
 
 
 @pytest.mark.parametrize("kwargs, error, words", [

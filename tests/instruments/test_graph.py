@@ -1,4 +1,5 @@
-"""The graph instrument: deterministic SVG, teaching labels, text chain, clear errors, missing Graphviz."""
+"""The graph instrument: deterministic SVG, teaching labels, text chain, clear errors, missing Graphviz, and its
+options checked at the boundary."""
 
 import os
 import subprocess
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from autograd_lab import chain, draw_graph, graph_nodes
-from autograd_lab.graph import GraphvizMissing, install_hint
+from autograd_lab.layout import GraphvizMissing, install_hint
 
 SEED_GRAPH = """
 import torch
@@ -155,7 +156,7 @@ def test_missing_dot_shows_install_hint_and_text_chain_without_traceback(tmp_pat
         data, _ = InteractiveShell.instance().display_formatter.format(g)
         assert "image/svg+xml" not in data, sorted(data)
         print(data["text/plain"])
-        from autograd_lab.graph import GraphvizMissing
+        from autograd_lab.layout import GraphvizMissing
         try:
             g.svg()
         except GraphvizMissing as err:
@@ -206,3 +207,134 @@ def test_chain_does_not_mistake_a_reused_id_for_a_shared_node():
     text = chain(torch.ones(1).as_subclass(_FreshTensor))
     assert "shared" not in text
     assert text == " -> ".join(["_FreshNode"] * 6)
+
+
+# ---------------------------------------------------------------- options checked at the boundary
+
+
+@pytest.fixture
+def loss_and_w():
+    w = torch.tensor(1.0, requires_grad=True)
+    return (w * 3) ** 2, w
+
+
+@pytest.mark.parametrize("direction", ["up", "bt", "", None, 3])
+def test_bad_direction_is_named(loss_and_w, direction):
+    with pytest.raises(ValueError, match="direction must be one of 'BT', 'TB', 'LR', 'RL'"):
+        draw_graph(loss_and_w[0], direction=direction)
+
+
+@pytest.mark.parametrize("size", ["big", "8x5", "-3,4", 8, (8, 5), ""])
+def test_bad_size_is_named(loss_and_w, size):
+    with pytest.raises(ValueError, match='size must be None or a Graphviz size in inches such as "8,5"'):
+        draw_graph(loss_and_w[0], size=size)
+
+
+def test_good_sizes_and_directions_pass(loss_and_w):
+    for size in ("8", "8,5", "8.5,5!"):
+        source = draw_graph(loss_and_w[0], size=size, direction="LR").source
+        assert f'size="{size}"' in source or f"size={size}]" in source
+
+
+def test_names_the_wrong_way_round_say_so(loss_and_w):
+    loss, _ = loss_and_w
+    with pytest.raises(TypeError, match="names maps a tensor to 'loss': it goes the other way round"):
+        draw_graph(loss, names={loss: "loss"})
+    with pytest.raises(TypeError, match="params maps a tensor to 'w'"):
+        draw_graph(loss, params={loss_and_w[1]: "w"})
+
+
+@pytest.mark.parametrize("params", [42, "w", torch.ones(2)])
+def test_params_of_wrong_type_are_named(loss_and_w, params):
+    with pytest.raises(TypeError, match=r"params must"):
+        draw_graph(loss_and_w[0], params=params)
+
+
+def test_a_list_of_tensors_as_params_asks_for_names(loss_and_w):
+    with pytest.raises(TypeError, match=r"params must hold \(name, tensor\) pairs"):
+        draw_graph(loss_and_w[0], params=[loss_and_w[1]])
+
+
+def _seed_nodes():
+    w = torch.tensor(1.0, requires_grad=True)
+    x = torch.tensor([4.0, 2.0])
+    loss = ((w * x - 2 * x) ** 2).mean()
+    return loss, w, graph_nodes(loss)  # MeanBackward0, PowBackward0, SubBackward0, MulBackward0, AccumulateGrad
+
+
+def _other_node():
+    return (torch.tensor(1.0, requires_grad=True) * 2).grad_fn  # a node of another forward pass
+
+
+# (option, value made from (loss, w, nodes), error type, what the message says)
+BAD_MARKS = {
+    "one tensor": ("highlight", lambda loss, w, n: loss, TypeError, "highlight must hold backward nodes, not tensors"),
+    "a leaf in a list": ("done", lambda loss, w, n: [w], TypeError, "done must hold backward nodes, not tensors"),
+    "an int": ("highlight", lambda loss, w, n: 1, TypeError, "highlight must hold backward nodes such as"),
+    "a list of ints": ("done", lambda loss, w, n: [0, 1], TypeError, r"done must hold backward nodes such as .*got 0"),
+    "None in a list": ("highlight", lambda loss, w, n: [n[0], None], TypeError, "got None"),
+    "a node's name": ("highlight", lambda loss, w, n: "PowBackward0", TypeError, "not their names"),
+    "names in a list": ("done", lambda loss, w, n: ["MeanBackward0"], TypeError, "done must hold backward nodes, not"),
+    "a next_functions pair": ("highlight", lambda loss, w, n: loss.grad_fn.next_functions[0], TypeError,
+                              r"highlight holds a \(node, input number\) pair from next_functions"),
+    "a node of another graph": ("highlight", lambda loss, w, n: _other_node(), ValueError,
+                                "highlight holds a MulBackward0 that is not in the graph drawn"),
+    "another graph's node in a list": ("done", lambda loss, w, n: [n[0], _other_node()], ValueError,
+                                       "done holds a MulBackward0 that is not in the graph drawn"),
+    "labels as a list": ("edge_labels", lambda loss, w, n: [1], TypeError,
+                         r"edge_labels must be a dict \{\(node, input_node\): text\}; got list"),
+    "labels keyed by a name": ("edge_labels", lambda loss, w, n: {"a": 1}, TypeError,
+                               r"edge_labels keys must be \(node, input_node\) pairs; got 'a'"),
+    "labels keyed by one node": ("edge_labels", lambda loss, w, n: {n[0]: "0.5"}, TypeError,
+                                 r"edge_labels keys must be \(node, input_node\) pairs"),
+    "labels keyed by tensors": ("edge_labels", lambda loss, w, n: {(loss, w): "1"}, TypeError,
+                                "edge_labels must hold backward nodes, not tensors"),
+    "an edge the wrong way round": ("edge_labels", lambda loss, w, n: {(n[1], n[0]): "0.5"}, ValueError,
+                                    r"key \(PowBackward0, MeanBackward0\) goes the other way round"),
+    "two nodes without an edge": ("edge_labels", lambda loss, w, n: {(n[0], n[2]): "0.5"}, ValueError,
+                                  r"key \(MeanBackward0, SubBackward0\) is not an edge of the graph"),
+    "a node to itself": ("edge_labels", lambda loss, w, n: {(n[0], n[0]): "0.5"}, ValueError, "is not an edge"),
+    "an edge to another graph": ("edge_labels", lambda loss, w, n: {(n[0], _other_node()): "0.5"}, ValueError,
+                                 "edge_labels holds a MulBackward0 that is not in the graph drawn"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_MARKS))
+def test_bad_marks_are_refused_naming_the_option(case):
+    option, make, error, message = BAD_MARKS[case]
+    loss, w, nodes = _seed_nodes()
+    with pytest.raises(error, match=message):
+        draw_graph(loss, **{option: make(loss, w, nodes)})
+
+
+GOOD_MARKS = {
+    "one node": dict(highlight=lambda n: n[1], done=lambda n: n[0]),
+    "lists": dict(highlight=lambda n: [n[1]], done=lambda n: [n[0]]),
+    "a tuple and a set": dict(highlight=lambda n: (n[1],), done=lambda n: {n[0]}),
+    "generators": dict(highlight=lambda n: (fn for fn in n if fn.name() == "PowBackward0"), done=lambda n: iter(n[:1])),
+    "nodes found through next_functions": dict(highlight=lambda n: n[0].next_functions[0][0],
+                                               done=lambda n: n[:1]),
+}
+
+
+@pytest.mark.parametrize("case", list(GOOD_MARKS))
+def test_marks_accept_one_node_or_any_collection_of_nodes(case):
+    loss, _, nodes = _seed_nodes()
+    made = {option: make(nodes) for option, make in GOOD_MARKS[case].items()}
+    text = draw_graph(loss, **made).text
+    assert "n1 PowBackward0  [running]" in text and "n0 MeanBackward0  [done]" in text
+
+
+def test_empty_marks_and_labels_draw_the_plain_graph():
+    loss, _, nodes = _seed_nodes()
+    plain = draw_graph(loss).text
+    assert draw_graph(loss, highlight=None, done=[], edge_labels={}).text == plain
+    assert draw_graph(loss, edge_labels=None, done=set()).text == plain
+
+
+def test_edge_labels_of_any_value_are_written_on_their_edge():
+    loss, _, nodes = _seed_nodes()
+    mean = loss.grad_fn
+    labels = {(mean, mean.next_functions[0][0]): 0.5, (nodes[3], nodes[4]): torch.tensor(2.0)}
+    text = draw_graph(loss, edge_labels=labels).text
+    assert "n1 -> n0  0.5" in text and "n4 -> n3  2." in text

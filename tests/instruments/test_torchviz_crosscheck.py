@@ -7,15 +7,18 @@ unpacked saved tensor can be a new Python object at every access).
 """
 
 import re
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
 import torch
+import torchviz  # a dependency of the course: its absence is a failure, not a skip
 from torch import nn
 
-torchviz = pytest.importorskip("torchviz")
-
-from autograd_lab.graphmodel import walk  # noqa: E402
+import autograd_lab as lab
+import autograd_lab.graphmodel as gm
+from autograd_lab.graphmodel import walk
 
 NODE = re.compile(r"^\t(\d+) \[label=(.*?)(?: fillcolor=(\w+))?\]$", re.S)
 EDGE = re.compile(r"^\t(\d+) -> (\d+)(?: \[(.*)\])?$")
@@ -128,8 +131,6 @@ def test_detach_cuts_the_graph_in_both():
 
 def test_crosscheck_notices_a_missing_edge(monkeypatch):
     # the check can fail: a model that drops one input disagrees with torchviz
-    import autograd_lab.graphmodel as gm
-
     real = gm.Node.of
 
     def drop_last_input(fn, names, inputs=(), saved=False):
@@ -141,11 +142,6 @@ def test_crosscheck_notices_a_missing_edge(monkeypatch):
 
 
 def test_stable_ids_renames_torchviz_boxes_consistently_and_the_same_in_every_process():
-    import subprocess
-    import sys
-
-    import autograd_lab as lab
-
     code = (
         "import torch, torchviz, autograd_lab as lab\n"
         "from torch import nn\n"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from autograd_lab.distributed import torchrun as launch
+
 ENV = "LAB_DDP_PROBE"
 WRAPPER = "probe_ddp.py"
 _SOURCE = f'''\
@@ -43,10 +45,8 @@ def wrap(script: Path) -> Path:
 
 
 def torchrun(script: Path, folder: Path, **kwargs):
-    """``dl.torchrun`` of ``script`` behind the probe, whose counts go into ``folder``."""
-    from autograd_lab import distributed as dl
-
-    return dl.torchrun(wrap(script), script.name, env={ENV: str(folder)}, **kwargs)
+    """The course's ``torchrun`` of ``script`` behind the probe, whose counts go into ``folder``."""
+    return launch(wrap(script), script.name, env={ENV: str(folder)}, **kwargs)
 
 
 def alive_at_destroy(folder: Path, nproc: int) -> list[int]:

@@ -9,7 +9,6 @@ division by k in a short last group, and its scheduler stepping once per process
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import runpy
 import warnings
@@ -21,19 +20,7 @@ import torch
 import torch.nn.functional as F
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "08_accumulation_in_practice.ipynb"
-SCRIPT_NAME = "train_accum.py"
-
-
-def notebook_script() -> str:
-    """The script as the notebook's %%writefile cells write it: the first cell writes, the others append."""
-    parts = []
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        magic, _, body = "".join(cell["source"]).partition("\n")
-        if cell["cell_type"] == "code" and magic.startswith("%%writefile") and magic.endswith(" " + SCRIPT_NAME):
-            assert ("-a" in magic.split()) == bool(parts), (cell.get("id"), magic)
-            parts.append(body + "\n")
-    assert len(parts) >= 2 and "def main():" in parts[-1]
-    return "".join(parts)
+SCRIPT_NAME = "train_accum.py"  # the script the notebook writes (the conftest's `script` fixture reads it)
 
 
 # --------------------------------------------------------------------------- schedules
@@ -154,18 +141,6 @@ def test_bfloat16_sums_lose_precision_with_k_and_float32_buffers_do_not():
 
 
 # --------------------------------------------------------------------------- the notebook's script, 2 processes
-
-
-@pytest.fixture(scope="module")
-def script(tmp_path_factory):
-    path = tmp_path_factory.mktemp("accum08") / SCRIPT_NAME
-    path.write_text(notebook_script())
-    return path
-
-
-@pytest.fixture(scope="module")
-def probed(tmp_path_factory):
-    return tmp_path_factory.mktemp("ddp-probe")
 
 
 @pytest.fixture(scope="module")

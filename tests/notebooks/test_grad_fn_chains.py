@@ -1,8 +1,9 @@
-"""Notebook 02 (grad_fn chains): the facts its prose relies on, the step-through instrument, the exercise checks.
+"""Notebook 02 (grad_fn chains): the facts its prose relies on.
 
-The backward loop below is this test's own copy of the one written out in the notebook: the notebook's
-claims are checked against PyTorch here, not read back from the notebook. One group of tests also runs the
-notebook's own loop (its function definitions, read from the notebook) on a collection of graphs.
+The backward loop the tests use (tests/backward_by_hand.py) is their own copy of the one written out in the
+notebook: the notebook's claims are checked against PyTorch here, not read back from the notebook. One group
+of tests also runs the notebook's own loop (its function definitions, read from the notebook) on a collection
+of graphs.
 """
 
 import ast
@@ -13,11 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from backward_by_hand import backward_by_hand, reverse_topological_order
 from torch.testing import assert_close
 
-from autograd_lab import graph_nodes, stepper
-from autograd_lab.exercises import grad_fn_chains as ex
-from autograd_lab.graph import format_tensor
+from autograd_lab import graph_nodes
 from autograd_lab.graphmodel import node_name
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "02_grad_fn_chains.ipynb"
@@ -39,59 +39,12 @@ def walk(tensor):
     return names
 
 
-def reverse_topological_order(root):
-    order, seen = [], set()
-
-    def visit(node):
-        if node is None or node in seen:
-            return
-        seen.add(node)
-        for child, _ in node.next_functions:
-            visit(child)
-        order.append(node)
-
-    visit(root)
-    return order[::-1]
-
-
-def backward_by_hand(loss, log=None):
-    pending = {loss.grad_fn: torch.ones_like(loss)}
-    leaf_grads = {}
-    for node in reverse_topological_order(loss.grad_fn):
-        grad_output = pending.pop(node)
-        if hasattr(node, "variable"):
-            leaf = node.variable
-            leaf_grads[leaf] = leaf_grads[leaf] + grad_output if leaf in leaf_grads else grad_output
-            grads = ()
-        else:
-            with torch.no_grad():
-                grads = node(grad_output)
-            grads = grads if isinstance(grads, tuple) else (grads,)
-            for (child, k), grad in zip(node.next_functions, grads):
-                if child is None or grad is None:
-                    continue
-                grad = grad.sum_to_size(child._input_metadata[k].shape)  # the engine sums on every edge
-                pending[child] = pending[child] + grad if child in pending else grad
-        if log is not None:
-            log.append((node, grad_output, grads))
-    return leaf_grads
-
-
 def seed_example(w_value=1.0):
     w = torch.tensor(w_value, requires_grad=True)
     x = torch.tensor([4.0, 2.0])
     y = 2 * x
     per_sample = (y - w * x) ** 2
     return w, x, y, per_sample, per_sample.mean()
-
-
-def demo_example():
-    """The step-through widget's example: the seed's loss with a bias b = 0 added."""
-    w = torch.tensor(1.0, requires_grad=True)
-    b = torch.tensor(0.0, requires_grad=True)
-    x = torch.tensor([4.0, 2.0])
-    loss = ((2 * x - (w * x + b)) ** 2).mean()
-    return loss, {"w": w, "b": b}
 
 
 # ---------------------------------------------------------------- section 1: the chain
@@ -496,287 +449,3 @@ def test_growing_the_forward_adds_one_node_per_operation():
         counts.append(len(graph_nodes(t)))
     # w * x: one node plus w's AccumulateGrad; + b adds a node and b's AccumulateGrad; then one node each
     assert counts == [2, 4, 5, 6, 7]
-
-
-# ---------------------------------------------------------------- the step-through instrument
-
-DEMO_ORDER = ["MeanBackward", "PowBackward", "SubBackward", "AddBackward", "AccumulateGrad(b)", "MulBackward",
-              "AccumulateGrad(w)"]
-
-
-def parse(graph):
-    """{node id: title}, running title, done titles, {(child title, parent title): label}, {leaf: grad text}."""
-    titles, running, done, edges, leaf_grads = {}, None, set(), {}, {}
-    for line in graph.text.splitlines()[1:]:
-        line = line.strip()
-        m = re.match(r"^(n\d+) AccumulateGrad -> leaf (\w+) \| value [^|]+\| grad (.+?)(  \[.*)?$", line)
-        if m:
-            title = f"AccumulateGrad({m.group(2)})"
-            titles[m.group(1)] = title
-            leaf_grads[m.group(2)] = m.group(3)
-        else:
-            m = re.match(r"^(n\d+) (\w+?)\d*(  \[.*)?$", line)
-            if m:
-                title = m.group(2)
-                titles[m.group(1)] = title
-            else:
-                m = re.match(r"^(n\d+) -> (n\d+)(?:  (.*))?$", line)
-                if m:
-                    edges[(titles[m.group(1)], titles[m.group(2)])] = m.group(3)
-                continue
-        if "[running]" in line:
-            assert running is None, "two nodes running at once"
-            running = title
-        if "[done]" in line:
-            done.add(title)
-    return titles, running, done, edges, leaf_grads
-
-
-def expected_demo_steps():
-    """What each step must show, computed here from the maths, not from the log."""
-    x = torch.tensor([4.0, 2.0])
-    r = 2 * x - (1.0 * x + 0.0)
-    g_mean = torch.full_like(x, 1 / len(x))
-    g_pow = g_mean * 2 * r
-    g_add = -g_pow  # what the subtraction sends to the addition
-    sends = {
-        "MeanBackward": {("PowBackward", "MeanBackward"): g_mean},
-        "PowBackward": {("SubBackward", "PowBackward"): g_pow},
-        "SubBackward": {("AddBackward", "SubBackward"): g_add},
-        "AddBackward": {("MulBackward", "AddBackward"): g_add, ("AccumulateGrad(b)", "AddBackward"): g_add},
-        "AccumulateGrad(b)": {},
-        "MulBackward": {("AccumulateGrad(w)", "MulBackward"): g_add * x},
-        "AccumulateGrad(w)": {},
-    }
-    deposits = {"AccumulateGrad(b)": ("b", g_add.sum()), "AccumulateGrad(w)": ("w", (g_add * x).sum())}
-    return sends, deposits
-
-
-def fmt(t):
-    return format_tensor(t)
-
-
-def test_demo_log_runs_in_the_expected_order():
-    loss, params = demo_example()
-    log = []
-    backward_by_hand(loss, log)
-    titles = []
-    for node, _, _ in log:
-        if hasattr(node, "variable"):
-            name = next(k for k, v in params.items() if v is node.variable)
-            titles.append(f"AccumulateGrad({name})")
-        else:
-            titles.append(base([node_name(node)])[0])
-    assert titles == DEMO_ORDER
-
-
-@pytest.mark.parametrize("step", range(len(DEMO_ORDER) + 1))
-def test_draw_step_shows_running_node_done_nodes_edge_gradients_and_leaf_grads(step):
-    loss, params = demo_example()
-    log = []
-    backward_by_hand(loss, log)
-    sends, deposits = expected_demo_steps()
-    graph = stepper.draw_step(loss, log, step, params=params, names={"loss": loss})
-    titles, running, done, edges, leaf_grads = parse(graph)
-    assert sorted(titles.values()) == sorted(DEMO_ORDER)
-
-    ran = DEMO_ORDER[:step]
-    assert running == (ran[-1] if ran else None)
-    assert done == set(ran[:-1])
-    expected_edges = {}
-    for title in ran:
-        expected_edges.update({k: fmt(v) for k, v in sends[title].items()})
-    shown = {k: v for k, v in edges.items() if v}
-    assert shown == expected_edges
-    assert len(edges) == 6  # every edge drawn, labelled or not
-    for title, (leaf, total) in deposits.items():
-        assert leaf_grads[leaf] == (fmt(total) if title in ran else "None")
-
-
-def test_draw_step_puts_the_real_grads_back():
-    loss, params = demo_example()
-    log = []
-    backward_by_hand(loss, log)
-    loss.backward()
-    real = {k: v.grad.clone() for k, v in params.items()}
-    graph = stepper.draw_step(loss, log, 2, params=params)
-    assert parse(graph)[4] == {"w": "None", "b": "None"}
-    for k, v in params.items():
-        assert_close(v.grad, real[k])
-
-
-def test_describe_step_says_what_runs_and_where_gradients_go():
-    loss, params = demo_example()
-    log = []
-    backward_by_hand(loss, log)
-    n = len(log)
-    texts = [stepper.describe_step(log, k, params=params) for k in range(n + 1)]
-    assert texts[0].startswith(f"step 0 of {n}: nothing has run yet")
-    assert "1." in texts[0] and "MeanBackward" in texts[0]
-    assert texts[1].startswith(f"step 1 of {n}: MeanBackward0 receives 1.; sends [0.5, 0.5] to PowBackward")
-    assert "nothing to None" in texts[3]  # the subtraction's y input
-    assert texts[4] == (f"step 4 of {n}: AddBackward0 receives [-4., -2.]; sends [-4., -2.] to MulBackward0, "
-                        "[-4., -2.] to AccumulateGrad(b).")
-    assert texts[5] == f"step 5 of {n}: AccumulateGrad(b) adds -6. into b.grad (now -6.)."
-    assert texts[n].startswith(f"step {n} of {n}: AccumulateGrad(w) adds -20. into w.grad")
-    assert texts[n].endswith("Backward is finished.")
-    assert all("Backward is finished" not in t for t in texts[:n])
-
-
-def test_deposits_accumulate_per_leaf():
-    loss, params = demo_example()
-    log = []
-    backward_by_hand(loss, log)
-    assert stepper.deposits(log, 4) == {}
-    d = stepper.deposits(log, len(log))
-    assert set(map(id, d)) == {id(params["w"]), id(params["b"])}
-    assert_close(d[params["b"]], torch.tensor(-6.0))
-
-
-def test_stepper_rejects_bad_steps_and_logs():
-    loss, params = demo_example()
-    log = []
-    backward_by_hand(loss, log)
-    with pytest.raises(ValueError, match="from 0"):
-        stepper.draw_step(loss, log, len(log) + 1)
-    with pytest.raises(ValueError, match="from 0"):
-        stepper.describe_step(log, -1)
-    with pytest.raises(TypeError, match="int"):
-        stepper.draw_step(loss, log, 1.5)
-    with pytest.raises(TypeError, match="list of"):
-        stepper.draw_step(loss, "not a log", 0)
-    with pytest.raises(TypeError, match="triple"):
-        stepper.draw_step(loss, [(1, 2)], 0)
-    with pytest.raises(TypeError, match="backward node"):
-        stepper.draw_step(loss, [(1, torch.ones(()), ())], 0)
-    other, _ = demo_example()
-    with pytest.raises(ValueError, match="not in this loss's graph"):
-        stepper.draw_step(other, log, 1)
-    bad = list(log)
-    node, grad, grads = bad[-1]
-    bad[-1] = (node, torch.ones(2), grads)  # a deposit not summed to the leaf's shape
-    with pytest.raises(ValueError, match="sum_to_size"):
-        stepper.draw_step(loss, bad, len(bad))
-    assert params["w"].grad is None  # put back even after the error
-    assert stepper.describe_step([], 0) == "step 0 of 0: the log is empty; run backward by hand first."
-
-
-# ---------------------------------------------------------------- exercise 1: the chain
-
-
-def test_reference_chain_is_what_autograd_records():
-    w = torch.tensor(0.5, requires_grad=True)
-    x = torch.tensor([1.0, -2.0, 3.0])
-    out = torch.sigmoid(w * x).sum() * 3
-    assert ex.reference_chain() == walk(out)
-    assert base(walk(out)) == ["MulBackward", "SumBackward", "SigmoidBackward", "MulBackward", "AccumulateGrad"]
-
-
-def test_reference_chain_reads_the_one_graph_walk(monkeypatch):
-    # naming has one home (graphmodel.node_name): renaming there renames the reference, so no second walk remains
-    from autograd_lab import graphmodel
-
-    monkeypatch.setattr(graphmodel, "node_name", lambda fn: "None" if fn is None else "<" + type(fn).__name__ + ">")
-    assert ex.reference_chain() == ["<" + name + ">" for name in walk(ex.chain_expression()[0])]
-
-
-def test_check_chain():
-    right = ex.reference_chain()
-    assert ex.check_chain(right).passed
-    assert ex.check_chain(base(right)).passed  # digits may be left out
-    assert ex.check_chain(tuple(right)).passed
-    assert ex.check_chain(...).status == "unanswered"
-    assert ex.check_chain(None).status == "unanswered"
-    assert ex.check_chain("MulBackward0 -> SumBackward0").status == "malformed"
-    assert ex.check_chain([1, 2]).status == "malformed"
-    cases = {
-        "reverse your list": right[::-1],
-        "ends at the node that stands for the leaf": right[:-1],
-        "`x` was made without": right + ["AccumulateGrad"],
-        "one node is missing at the start": right[1:],
-        "count the operations": [right[0], right[2], right[3], right[4]],
-        "more than were recorded": right[:2] + ["ExpBackward0"] + right[2:],
-        "item 3 ('ExpBackward0')": right[:2] + ["ExpBackward0"] + right[3:],
-    }
-    for hint, answer in cases.items():
-        fb = ex.check_chain(answer)
-        assert fb.status == "wrong" and hint in fb.message, (answer, fb)
-    fb = ex.check_chain(right[:3] + ["None"] + right[3:4])
-    assert fb.status == "wrong" and "`None`" in fb.message
-
-
-# ---------------------------------------------------------------- exercise 2: a gradient by the chain rule
-
-
-def test_reference_gradient_is_the_chain_rule():
-    for w in (0.5, 1.0, 2.0):
-        x = torch.tensor([4.0, 2.0], dtype=torch.float64)
-        r = 2 * x - w * x
-        assert ex.reference_gradient(w) == pytest.approx(float(-(2 / len(x)) * (r * x).sum()))
-    assert ex.reference_gradient(1.0) == pytest.approx(-20.0)  # the seed's number, as the notebook shows
-
-
-def test_check_chain_rule_gradient():
-    g = ex.reference_gradient(0.5)
-    assert ex.check_chain_rule_gradient(g).passed
-    assert ex.check_chain_rule_gradient(torch.tensor(g)).passed
-    assert ex.check_chain_rule_gradient(int(g)).passed  # an exact integer here
-    assert ex.check_chain_rule_gradient(...).status == "unanswered"
-    for bad in ("-30", [g], torch.ones(2), True):
-        assert ex.check_chain_rule_gradient(bad).status == "malformed", bad
-    fb = ex.check_chain_rule_gradient(float("nan"))
-    assert fb.status == "wrong" and "not a finite number" in fb.message
-    cases = {
-        "wrong sign": -g,
-        "the mean divides": 2 * g,
-        "2 r, not r": g / 2,
-        "gradient at w = 1": ex.reference_gradient(1.0),
-        "differentiate with respect to w": g + 7,
-    }
-    for hint, answer in cases.items():
-        fb = ex.check_chain_rule_gradient(answer)
-        assert fb.status == "wrong" and hint in fb.message, (answer, fb)
-
-
-# ---------------------------------------------------------------- exercise 3: second backward
-
-
-def raises_twice(make):
-    a = torch.tensor([1.0, 2.0], requires_grad=True)
-    b = torch.tensor([3.0, 4.0], requires_grad=True)
-    out = make(a, b)
-    out.backward()
-    try:
-        out.backward()
-    except RuntimeError:
-        return True
-    return False
-
-
-def test_reference_second_backward_matches_running_it():
-    mine = {
-        "A": lambda a, b: (a + b).sum(),
-        "B": lambda a, b: (a * b).sum(),
-        "C": lambda a, b: (a * 2).sum(),
-        "D": lambda a, b: (a - b).mean(),
-    }
-    truth = {k: raises_twice(f) for k, f in mine.items()}
-    assert ex.reference_second_backward() == truth
-    assert truth == {"A": False, "B": True, "C": True, "D": False}  # the notebook's worked solution
-
-
-def test_check_second_backward():
-    truth = ex.reference_second_backward()
-    assert ex.check_second_backward(dict(truth)).passed
-    assert ex.check_second_backward(...).status == "unanswered"
-    assert ex.check_second_backward([True, False, True, False]).status == "malformed"
-    assert ex.check_second_backward({"A": True}).status == "malformed"
-    assert ex.check_second_backward({**truth, "E": True}).status == "malformed"
-    assert ex.check_second_backward({**truth, "A": "no"}).status == "malformed"
-    for key in truth:
-        fb = ex.check_second_backward({**truth, key: not truth[key]})
-        assert fb.status == "wrong" and "1 of 4" in fb.message
-        assert f"{key} = {ex.SECOND_BACKWARD[key]}:" in fb.message
-        assert "raises" not in fb.message.split("\n", 1)[1]  # a question to ask, not the verdict
-    fb = ex.check_second_backward({k: not v for k, v in truth.items()})
-    assert fb.status == "wrong" and "4 of 4" in fb.message

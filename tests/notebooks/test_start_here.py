@@ -1,8 +1,6 @@
-"""Notebook 00's claims and cells that the other fact tests do not cover.
-
-The readiness cells are run from the notebook with a report that is not ready; the course map must list
-every notebook; the multiplication node keeps the operand that needs no gradient, whatever the order or shape.
-"""
+"""Notebook 00 (start here): its readiness cells, run from the notebook with a report that is not ready; its
+course map, which must list every notebook; and its first look at a saved tensor (the multiplication node keeps
+the operand that needs no gradient, whatever the order or shape)."""
 
 import json
 import re

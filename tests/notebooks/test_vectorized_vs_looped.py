@@ -1,8 +1,7 @@
-"""Notebook 03: the facts its prose relies on, and its exercise checks.
+"""Notebook 03 (vectorized versus looped losses): the facts its prose relies on.
 
 The losses are written out again here (not read from the notebook), so the
-facts are checked independently of it. One test guards the other direction:
-the exercise references in the helper package match what the notebook shows.
+facts are checked independently of it.
 """
 
 import json
@@ -16,11 +15,16 @@ from torch.func import functional_call, grad, vmap
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import autograd_lab as lab
-from autograd_lab.exercises import vectorized_vs_looped as ex
+from autograd_lab import measure
 from autograd_lab.graphmodel import node_name
 from autograd_lab.measure import heap_bytes, held_bytes
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "03_vectorized_vs_looped.ipynb"
+
+
+def _notebook_cell(cell_id):
+    cells = {c.get("id"): c for c in json.loads(NOTEBOOK.read_text())["cells"]}
+    return "".join(cells[cell_id]["source"])
 
 
 def mean_loss(model, x, y):
@@ -145,130 +149,6 @@ def test_per_sample_gradients_loop_equals_vmap_and_their_mean_is_the_batch_gradi
         torch.testing.assert_close(vmapped[name].mean(0), batch[name])
 
 
-# ---------------------------------------------------------------- exercise 1
-
-
-def test_ex1_reference_is_the_loop_tested_here():
-    x = torch.randn(9, 1)
-    assert lab.count_nodes(ex.reference_looped_loss(ex.scalar_model(), x, x[:, 0])) == lab.count_nodes(
-        loop_loss(scalar_model(), x, x[:, 0])
-    )
-
-
-def _counts(n):
-    x = torch.randn(n, 1)
-    return lab.count_nodes(loop_loss(scalar_model(), x, x[:, 0]))
-
-
-def test_ex1_right_answer_passes():
-    truth = _counts(50)
-    fb = ex.check_looped_nodes(truth, n=50)
-    assert fb.passed and str(truth) in fb.message
-    assert ex.check_looped_nodes(float(truth), n=50).passed  # 253.0 is a whole number too
-    assert ex.check_looped_nodes(_counts(12), n=12).passed
-
-
-def test_ex1_each_slip_gets_its_hint():
-    per_sample, shared = _counts(2) - _counts(1), 2 * _counts(1) - _counts(2)
-    vectorized = lab.count_nodes(mean_loss(scalar_model(), torch.ones(5, 1), torch.ones(5)))
-    cases = {
-        vectorized: "does not depend on N",
-        per_sample * 50: "not the nodes all samples share",
-        (per_sample + 1) * 50 + shared - 1: "shared by every path",
-        _counts(2): "the count for N = 2",
-        per_sample * 50 + shared + 1: "off by one",
-        per_sample * 50 + shared - 1: "off by one",
-        12345: "(nodes per sample) x N + (nodes shared by all samples)",
-    }
-    for answer, hint in cases.items():
-        fb = ex.check_looped_nodes(answer, n=50)
-        assert fb.status == "wrong" and hint in fb.message, (answer, fb)
-
-
-@pytest.mark.parametrize("answer", ["253", 25.5, True, [253]])
-def test_ex1_malformed(answer):
-    fb = ex.check_looped_nodes(answer, n=50)
-    assert fb.status == "malformed" and "whole number" in fb.message
-
-
-def test_ex1_unanswered():
-    assert ex.check_looped_nodes(..., n=50).status == "unanswered"
-
-
-# ---------------------------------------------------------------- exercise 2
-
-
-def solution(w, x, y, weights):
-    return (weights * (x @ w - y) ** 2).sum() / weights.sum()
-
-
-def test_ex2_reference_equals_the_loop_and_the_solution():
-    gen = torch.Generator().manual_seed(5)
-    w, x = torch.randn(3, generator=gen), torch.randn(6, 3, generator=gen)
-    y, weights = torch.randn(6, generator=gen), torch.rand(6, generator=gen)
-    torch.testing.assert_close(ex.reference_weighted_loss_loop(w, x, y, weights), solution(w, x, y, weights))
-
-
-def test_ex2_right_answer_passes():
-    fb = ex.check_vectorized_loss(solution)
-    assert fb.passed and "for any N" in fb.message
-    # an equivalent form passes too
-    assert ex.check_vectorized_loss(lambda w, x, y, v: torch.dot(v, (x @ w - y).pow(2)) / v.sum()).passed
-
-
-@pytest.mark.parametrize(
-    "answer, hint",
-    [
-        (lambda w, x, y, v: (v * (x @ w - y) ** 2).mean(), "divided by N"),
-        (lambda w, x, y, v: (v * (x @ w - y) ** 2).sum(), "forgot the final division"),
-        (lambda w, x, y, v: ((x @ w - y) ** 2).mean(), "ignores the weights"),
-        (lambda w, x, y, v: ((x @ w - y) ** 2).sum() / v.sum(), "multiplied by its own weight"),
-        (lambda w, x, y, v: (v * (x @ w - y)).sum() / v.sum(), "squared before it is weighted"),
-        (lambda w, x, y, v: (v * (x @ w - y) ** 3).sum() / v.sum(), "match it term by term"),
-        (ex.reference_weighted_loss_loop, "graph grows with N"),
-        (lambda w, x, y, v: v * (x @ w - y) ** 2 / v.sum(), "one number"),
-        (lambda w, x, y, v: torch.tensor(solution(w, x, y, v).item()), "no grad_fn"),
-        (lambda w, x, y, v: solution(w.detach(), x, y, v) + 0 * w.sum(), "different gradient"),
-        (lambda w, x, y, v: x * w, "returned shape"),
-        (lambda w, x, y, v: torch.mm(w, x), "raised RuntimeError"),
-        (lambda w, x, y, v: None, "returns nothing yet"),
-    ],
-)
-def test_ex2_each_mistake_gets_its_hint(answer, hint):
-    fb = ex.check_vectorized_loss(answer)
-    assert fb.status == "wrong" and hint in fb.message, fb
-
-
-def test_ex2_malformed_and_unanswered():
-    assert ex.check_vectorized_loss(...).status == "unanswered"
-    fb = ex.check_vectorized_loss(solution(torch.ones(3), torch.ones(2, 3), torch.ones(2), torch.ones(2)))
-    assert fb.status == "malformed" and "the function" in fb.message
-    fb = ex.check_vectorized_loss(lambda w, x, y, v: solution(w, x, y, v).item())
-    assert fb.status == "malformed" and "return a tensor" in fb.message
-
-
-# ---------------------------------------------------------------- the notebook shows what the checks use
-
-
-def _notebook_cell(cell_id):
-    cells = {c.get("id"): c for c in json.loads(NOTEBOOK.read_text())["cells"]}
-    return "".join(cells[cell_id]["source"])
-
-
-def test_notebook_loops_match_the_exercise_references():
-    namespace = {"torch": torch}
-    exec(_notebook_cell("losses"), namespace)  # the notebook's own code, shown to every learner
-    exec(_notebook_cell("ex2-loop"), namespace)
-    x = torch.randn(11, 1)
-    for fn in ("looped_loss",):
-        assert lab.count_nodes(namespace[fn](ex.scalar_model(), x, x[:, 0])) == lab.count_nodes(
-            ex.reference_looped_loss(ex.scalar_model(), x, x[:, 0])
-        )
-    w, xs, y, v = torch.randn(3), torch.randn(8, 3), torch.randn(8), torch.rand(8)
-    notebook_value = namespace["weighted_loss_loop"](w, xs, y, v)
-    torch.testing.assert_close(notebook_value, ex.reference_weighted_loss_loop(w, xs, y, v))
-
-
 # ---------------------------------------------------------------- section 4: where the loop's time goes
 
 
@@ -324,8 +204,6 @@ def test_the_notebook_mlp_runs_about_twice_as_many_aten_operations_backward():
 
 
 def test_heap_cell_says_in_a_sentence_that_the_heap_cannot_be_read_off_glibc(monkeypatch, capsys):
-    from autograd_lab import measure
-
     monkeypatch.setattr(measure, "_MALLINFO2", None)  # as on macOS, Windows or musl
     assert measure.heap_bytes() is None and measure.held_bytes(lambda: torch.ones(3)) is None
     namespace = {"torch": torch, "nn": nn, "lab": lab, "held_bytes": measure.held_bytes}

@@ -1,0 +1,410 @@
+"""Notebook 05's exercise checks (accumulation pitfalls) against answers a learner could plausibly write.
+
+For every exercise: (a) wrong answers, each of which must not pass and must get a hint naming its actual
+mistake -- in particular updates that do not accumulate at all, although their parameters come out right;
+(b) right answers written differently from the worked solution, which must pass; (c) answers and learner
+code that must not make a check raise.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from learner_code import BrokenMessage
+from torch import nn
+from torch.nn.functional import mse_loss
+
+from autograd_lab.exercises import accumulation_pitfalls as ex05
+
+D, H = ex05.IN_FEATURES, ex05.HIDDEN
+
+
+def plain():
+    return nn.Sequential(nn.Linear(D, H), nn.Tanh(), nn.Linear(H, H), nn.Tanh(), nn.Linear(H, 1))
+
+
+def batchnorm():
+    return nn.Sequential(nn.Linear(D, H), nn.BatchNorm1d(H), nn.Tanh(), nn.Linear(H, 1))
+
+
+def layernorm():
+    return nn.Sequential(nn.Linear(D, H), nn.LayerNorm(H), nn.Tanh(), nn.Linear(H, 1))
+
+
+def _is_wrong_with(fb, words):
+    return fb.status == "wrong" and words in fb.message
+
+
+def _raises(exc):
+    def answer(*args):
+        raise exc
+
+    return answer
+
+
+def _add_into_grad(params, grads):
+    for p, g in zip(params, grads):
+        p.grad = g if p.grad is None else p.grad + g
+
+
+# =========================================================================== exercise 1: the predictions
+
+
+def test_05_predictions_forgiving_about_spelling():
+    spelled = {"a": "Equivalent", "B": "Not Equivalent", "c": "not_equivalent", " D ": "equal",
+               "E": "only-in-distribution", "F": " equivalent "}
+    assert ex05.check_predictions(spelled).passed
+
+
+def test_05_predictions_all_the_same_verdict_names_each_wrong_one():
+    fb = ex05.check_predictions({letter: "equivalent" for letter in ex05.SETUPS})
+    assert fb.status == "wrong" and "3 of 6" in fb.message
+    for letter in ("B", "C", "E"):
+        assert f"- {letter} is {ex05.ANSWERS[letter]}" in fb.message
+
+
+class RaisingKey:
+    def __str__(self):
+        raise RuntimeError("no name")
+
+    def __hash__(self):
+        return 1
+
+
+@pytest.mark.parametrize("answer", [
+    ["equivalent"] * 6, {letter: True for letter in "ABCDEF"}, {RaisingKey(): "equivalent"},
+    {1: "equivalent"}, "equivalent",
+])
+def test_05_predictions_malformed_never_raises(answer):
+    assert ex05.check_predictions(answer).status == "malformed"
+
+
+def test_exercise_1_feedback():
+    right = dict(ex05.ANSWERS)
+    assert ex05.check_predictions(right).passed
+    assert ex05.check_predictions({k.lower(): v.upper() for k, v in right.items()}).passed  # forgiving about case
+    assert ex05.check_predictions(...).status == "unanswered"
+    assert ex05.check_predictions(["equivalent"]).status == "malformed"
+    assert "missing: F" in ex05.check_predictions({k: v for k, v in right.items() if k != "F"}).message
+    assert "no set-up G" in ex05.check_predictions({**right, "G": "equivalent"}).message
+    assert ex05.check_predictions({**right, "A": "maybe"}).status == "malformed"
+    for letter in ex05.SETUPS:
+        other = "equivalent" if ex05.ANSWERS[letter] != "equivalent" else "not equivalent"
+        fb = ex05.check_predictions({**right, letter: other})
+        assert fb.status == "wrong" and f"- {letter} is {ex05.ANSWERS[letter]}: " in fb.message
+        assert fb.message.count("\n- ") == 1 and "1 of 6" in fb.message
+
+
+# =========================================================================== exercise 2: the accumulated update
+
+
+def _scaled_loss(model, xb, yb, x):
+    return (mse_loss_plus_penalty(model, xb, yb)) * len(xb) / len(x)
+
+
+def mse_loss_plus_penalty(model, xb, yb):
+    return F.mse_loss(model(xb), yb) + ex05.LAM * ex05.penalty(model)
+
+
+def update_summed(model, opt, x, y, k):
+    """Not accumulation: one backward over the summed micro-batch losses."""
+    opt.zero_grad()
+    sum(_scaled_loss(model, xb, yb, x) for xb, yb in zip(x.tensor_split(k), y.tensor_split(k))).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    opt.step()
+
+
+def update_concatenated(model, opt, x, y, k):
+    """Not accumulation: micro-batch outputs concatenated into one loss."""
+    opt.zero_grad()
+    out = torch.cat([model(xb) for xb in x.tensor_split(k)])
+    (F.mse_loss(out, y) + ex05.LAM * ex05.penalty(model)).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    opt.step()
+
+
+def update_grad_summed(model, opt, x, y, k):
+    """Not accumulation: one torch.autograd.grad over the summed micro-batch losses, assigned to .grad."""
+    opt.zero_grad()
+    params = list(model.parameters())
+    loss = sum(_scaled_loss(model, xb, yb, x) for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)))
+    for p, g in zip(params, torch.autograd.grad(loss, params)):
+        p.grad = g
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    opt.step()
+
+
+def update_without_step(model, opt, x, y, k):
+    opt.zero_grad()
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        _scaled_loss(model, xb, yb, x).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+
+
+def update_does_nothing(model, opt, x, y, k):
+    return None
+
+
+@pytest.mark.parametrize("update, words", [
+    (update_summed, "one backward() went through the forward passes of"),
+    (update_concatenated, "one backward() went through the forward passes of"),
+    (update_grad_summed, "one torch.autograd.grad call went through the forward passes of"),
+    (update_without_step, "never calls opt.step()"),
+    (update_does_nothing, "never calls opt.step()"),
+], ids=["summed-losses", "concatenated-outputs", "summed-losses-autograd-grad", "no-step", "does-nothing"])
+def test_05_update_wrong_answers_get_their_hint(update, words):
+    fb = ex05.check_accumulated_update(update)
+    assert _is_wrong_with(fb, words), fb.message
+
+
+@pytest.mark.parametrize("update", [update_summed, update_grad_summed], ids=["backward", "autograd-grad"])
+def test_05_summed_update_lands_on_the_right_parameters_and_still_fails(update):
+    assert ex05._run(ex05._mlp, ex05.full_batch_reference, update, 4) < 1e-4
+    assert not ex05.check_accumulated_update(update).passed
+
+
+def update_penalty_once(model, opt, x, y, k):
+    """The penalty's gradient added once, in its own backward, after the data loop."""
+    opt.zero_grad()
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        (F.mse_loss(model(xb), yb) * len(xb) / len(x)).backward()
+    (ex05.LAM * ex05.penalty(model)).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    opt.step()
+
+
+def update_zero_at_the_end_with_logging(model, opt, x, y, k):
+    for xb, yb in zip(x.chunk(k), y.chunk(k)):
+        _scaled_loss(model, xb, yb, x).backward()
+    with torch.no_grad():
+        F.mse_loss(model(x), y)  # a gradient-free look at the full batch's loss, for a log
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    opt.step()
+    model.zero_grad()
+
+
+def update_summed_reduction(model, opt, x, y, k):
+    opt.zero_grad()
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        share = len(xb) / len(x)
+        (F.mse_loss(model(xb), yb, reduction="sum") / len(x) + share * ex05.LAM * ex05.penalty(model)).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    opt.step()
+
+
+def update_grad_per_micro_batch(model, opt, x, y, k):
+    """Accumulation by hand: torch.autograd.grad once per micro-batch, each result added into .grad."""
+    opt.zero_grad()
+    params = list(model.parameters())
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        _add_into_grad(params, torch.autograd.grad(_scaled_loss(model, xb, yb, x), params))
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    opt.step()
+
+
+@pytest.mark.parametrize("update", [update_penalty_once, update_zero_at_the_end_with_logging, update_summed_reduction,
+                                    update_grad_per_micro_batch],
+                         ids=["penalty-once", "zero-at-end-and-logging", "sum-reduction", "autograd-grad-per-micro"])
+def test_05_update_right_answers_written_differently_pass(update):
+    fb = ex05.check_accumulated_update(update)
+    assert fb.passed, fb.message
+
+
+@pytest.mark.parametrize("answer", [
+    _raises(StopIteration()), _raises(BrokenMessage()), lambda: None, print, torch.zeros(1, device="meta"),
+], ids=["StopIteration", "broken-str", "no-args", "print", "meta"])
+def test_05_update_check_never_raises(answer):
+    assert ex05.check_accumulated_update(answer).status in ("wrong", "malformed")
+
+
+def right_update(model, opt, x, y, k):
+    opt.zero_grad()
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        ((mse_loss(model(xb), yb) + ex05.LAM * ex05.penalty(model)) * len(xb) / len(x)).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    opt.step()
+
+
+def test_exercise_2_right_answer_passes_and_placeholders():
+    assert ex05.check_accumulated_update(right_update).passed
+    assert ex05.check_accumulated_update(...).status == "unanswered"
+    assert ex05.check_accumulated_update(3).status == "malformed"
+
+
+def test_exercise_2_reference_really_clips():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(ex05.IN_FEATURES, ex05.HIDDEN), nn.Tanh(), nn.Linear(ex05.HIDDEN, 1))
+    x, y = torch.randn(24, ex05.IN_FEATURES), torch.randn(24, 1)
+    (mse_loss(model(x), y) + ex05.LAM * ex05.penalty(model)).backward()
+    assert float(nn.utils.clip_grad_norm_(model.parameters(), float("inf"))) > ex05.MAX_NORM
+
+
+def buggy(**kw):
+    return ex05._variant(**kw)
+
+
+@pytest.mark.parametrize(
+    "update, hint",
+    [
+        (buggy(clip="inside"), "clip inside the loop"),
+        (buggy(pen="every"), "counts k times"),
+        (buggy(pen="none"), "penalty LAM * penalty(model) is missing"),
+        (buggy(clip="none"), "you do not clip"),
+        (buggy(scale="none"), "5, 5, 5, 5, 4"),  # with equal micro-batches clipping hides the scale
+        (buggy(step="inside"), "inside the loop: that is k small updates"),
+        (buggy(zero=False), "opt.zero_grad() first"),
+        (buggy(scale="k"), "5, 5, 5, 5, 4"),
+        (lambda model, opt, x, y, k: ex05.full_batch_reference(model, opt, x, y), "forward pass of all 24 samples"),
+    ],
+    ids=["clip-inside", "penalty-every", "no-penalty", "no-clip", "no-scale", "step-inside", "no-zero-grad",
+         "divide-by-k", "full-batch"],
+)
+def test_exercise_2_each_mistake_gets_its_hint(update, hint):
+    fb = ex05.check_accumulated_update(update)
+    assert fb.status == "wrong" and hint in fb.message, fb.message
+
+
+def test_exercise_2_clipping_hides_a_wrong_scale_with_equal_micro_batches_only():
+    # the k = 5 hint says so: clipping rescales .grad to MAX_NORM, whatever its overall scale
+    assert ex05._run(ex05._mlp, ex05.full_batch_reference, buggy(scale="none"), 4) < 1e-4
+    assert ex05._run(ex05._mlp, ex05.full_batch_reference, buggy(scale="none"), 5) > 1e-2
+
+
+def test_exercise_2_errors_are_reported_not_raised():
+    def broken(model, opt, x, y, k):
+        raise ValueError("oops")
+
+    fb = ex05.check_accumulated_update(broken)
+    assert fb.status == "wrong" and "ValueError: oops" in fb.message
+
+
+# =========================================================================== exercise 3: the normalized model
+
+
+class WithUnusedNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+        self.norm = nn.LayerNorm(16)  # defined, never called
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class ConstantOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Tanh(), nn.Linear(16, 1))
+
+    def forward(self, x):
+        return self.body(x) * 0
+
+
+class PerSampleNorm(nn.Module):
+    """A learner's own normalization: each sample over its own features."""
+
+    def forward(self, h):
+        return (h - h.mean(dim=1, keepdim=True)) / (h.std(dim=1, keepdim=True) + 1e-5)
+
+
+class OwnModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.norm, self.fc2 = nn.Linear(8, 16), PerSampleNorm(), nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.norm(self.fc1(x))))
+
+
+class FunctionalDropout(nn.Module):
+    """Dropout written by hand, F.dropout in forward: no Dropout module to see, but random draws all the same."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.norm, self.fc2 = nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.fc2(F.dropout(torch.tanh(self.norm(self.fc1(x))), 0.5, training=self.training))
+
+
+WRONG_MODELS = {
+    "BatchNorm": (lambda: nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1)),
+                  "BatchNorm"),
+    "no normalization": (lambda: nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)),
+                         "no normalization layer"),
+    "a norm never called": (WithUnusedNorm, "never calls it"),
+    "normalizes the inputs": (lambda: nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)),
+                              "comes before it"),
+    "one unit per group": (lambda: nn.Sequential(nn.Linear(8, 16), nn.GroupNorm(16, 16), nn.Tanh(), nn.Linear(16, 1)),
+                           "into one constant"),
+    "LayerNorm over the output": (lambda: nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1),
+                                                         nn.LayerNorm(1)), "gets another shape"),
+    "hidden layer of 32": (lambda: nn.Sequential(nn.Linear(8, 32), nn.LayerNorm(32), nn.Tanh(), nn.Linear(32, 1)),
+                           "should start with nn.Linear(8, 16)"),
+    "constant output": (ConstantOutput, "same output for every sample"),
+    "two dropout layers": (lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Dropout(0.5),
+                                                 nn.Linear(16, 16), nn.Dropout(0.5), nn.Linear(16, 1)), "dropout"),
+    # One dropout layer matches on one seed only because this CPU generator draws in the same order (notebook 05:
+    # "guaranteed only in distribution"); without its own check it was graded "Correct".
+    "one dropout layer": (lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Tanh(), nn.Dropout(0.5),
+                                                nn.Linear(16, 1)), "Dropout(p=0.5) in training mode"),
+    "dropout by hand": (FunctionalDropout, "draws random numbers"),
+    "two outputs": (lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 2)), "(N, 1)"),
+    "wrong input size": (lambda: nn.Sequential(nn.Linear(3, 16), nn.LayerNorm(16), nn.Linear(16, 1)), "raised"),
+}
+
+
+@pytest.mark.parametrize("name", list(WRONG_MODELS))
+def test_05_models_that_do_not_do_what_is_asked_fail_with_their_hint(name):
+    make, words = WRONG_MODELS[name]
+    fb = ex05.check_normalized_model(make)
+    assert _is_wrong_with(fb, words), fb.message
+
+
+RIGHT_MODELS = {
+    "LayerNorm": lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Tanh(), nn.Linear(16, 1)),
+    "GroupNorm(4)": lambda: nn.Sequential(nn.Linear(8, 16), nn.GroupNorm(4, 16), nn.Tanh(), nn.Linear(16, 1)),
+    "GroupNorm(1)": lambda: nn.Sequential(nn.Linear(8, 16), nn.GroupNorm(1, 16), nn.Tanh(), nn.Linear(16, 1)),
+    "RMSNorm": lambda: nn.Sequential(nn.Linear(8, 16), nn.RMSNorm(16), nn.Tanh(), nn.Linear(16, 1)),
+    "LayerNorm without affine": lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16, elementwise_affine=False),
+                                                      nn.Tanh(), nn.Linear(16, 1)),
+    "own module and own norm": OwnModel,
+    "a Dropout(0) that drops nothing": lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Tanh(),
+                                                              nn.Dropout(0.0), nn.Linear(16, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(RIGHT_MODELS))
+def test_05_right_models_written_differently_pass(name):
+    fb = ex05.check_normalized_model(RIGHT_MODELS[name])
+    assert fb.passed, fb.message
+
+
+@pytest.mark.parametrize("answer", [
+    lambda: 3, lambda: nn.Identity(), _raises(BrokenMessage()), lambda: nn.Linear(8, 1).to("meta"), type,
+], ids=["number", "identity", "broken-str", "meta", "type"])
+def test_05_model_check_never_raises(answer):
+    assert ex05.check_normalized_model(answer).status in ("wrong", "malformed")
+
+
+def layernorm_8_16():
+    return nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Tanh(), nn.Linear(16, 1))
+
+
+def test_exercise_3_feedback():
+    assert ex05.check_normalized_model(layernorm_8_16).passed
+    assert ex05.check_normalized_model(lambda: nn.Sequential(nn.Linear(8, 16), nn.GroupNorm(4, 16), nn.Tanh(),
+                                                            nn.Linear(16, 1))).passed
+    fb = ex05.check_normalized_model(batchnorm)
+    assert fb.status == "wrong" and "BatchNorm" in fb.message
+    fb = ex05.check_normalized_model(plain)
+    assert fb.status == "wrong" and "no normalization layer" in fb.message
+    fb = ex05.check_normalized_model(lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 2)))
+    assert fb.status == "wrong" and "(N, 1)" in fb.message
+    fb = ex05.check_normalized_model(lambda: nn.Sequential(nn.Linear(3, 16), nn.LayerNorm(16), nn.Linear(16, 1)))
+    assert fb.status == "wrong" and "raised" in fb.message
+    fb = ex05.check_normalized_model(lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Dropout(0.5),
+                                                         nn.Linear(16, 16), nn.Dropout(0.5), nn.Linear(16, 1)))
+    assert fb.status == "wrong" and "dropout" in fb.message
+    assert ex05.check_normalized_model(layernorm()).status == "malformed"
+    assert ex05.check_normalized_model("LayerNorm").status == "malformed"
+    assert ex05.check_normalized_model(...).status == "unanswered"

@@ -1,0 +1,413 @@
+"""Notebook 01's exercise checks (leaf tensors) cannot be fooled, refuse no right answer and never raise.
+
+For each check: wrong answers a learner could plausibly write, each of which must not pass and must get a
+hint naming its own mistake; right answers written differently from the worked solution, which must pass;
+odd answers and learner code that misbehaves, which must get feedback instead of escaping as an exception.
+Every expected value is computed here by running PyTorch, never typed in.
+"""
+
+import itertools
+import json
+import random
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from learner_code import LearnerError, NotAnError, odd_answers, raise_
+
+from autograd_lab.exercises import leaf_tensors as lt
+from autograd_lab.exercises.feedback import Feedback
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "01_leaf_tensors.ipynb"
+
+
+def grad_after(calls, w0=3.0):
+    """w.grad after ``calls`` backward calls through w ** 2 + 4 w, computed here."""
+    w = torch.tensor(w0, requires_grad=True)
+    for _ in range(calls):
+        (w**2 + 4 * w).backward()
+    return w.grad.item()
+
+
+def test_the_snippets_references_are_what_running_them_gives():
+    assert lt.run_snippet(lt.GRAD_SNIPPET)["w"].grad.item() == grad_after(2)
+    tensors = lt.run_snippet(lt.LEAVES_SNIPPET)
+    assert {n for n, t in tensors.items() if t.is_leaf} == {"w", "x", "v", "s"}
+
+
+def test_the_notebooks_prompts_show_the_snippets_the_checks_run():
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    markdown = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert lt.LEAVES_SNIPPET in markdown and lt.GRAD_SNIPPET in markdown
+
+
+CHECKS = {"leaves": lt.check_leaves, "grad": lt.check_grad_after_two_backwards, "make_weight": lt.check_make_weight}
+
+
+@pytest.mark.parametrize("odd", list(odd_answers()), ids=str)
+@pytest.mark.parametrize("check", list(CHECKS), ids=str)
+def test_no_check_raises_on_an_odd_answer(check, odd):
+    fb = CHECKS[check](odd_answers()[odd])
+    assert isinstance(fb, Feedback) and not fb.passed and fb.message
+
+
+# ---------------------------------------------------------------- exercise 1: which tensors are leaves?
+
+
+@pytest.mark.parametrize(
+    "answer, phrase",
+    [
+        ({"w", "h", "loss"}, "You chose the tensors that require grad"),
+        ({"h", "loss"}, "You chose exactly the non-leaves"),
+        ({"w"}, "You kept only the leaves that require grad"),
+        ({"w", "x"}, "You kept only the tensors created directly"),
+        (set(), "You chose none"),
+        ({"w", "x", "v"}, "s is a leaf. `s = x * 2`: made by an operation, but none of its inputs requires grad"),
+        ({"w", "x", "s"}, "v is a leaf. `v = w.detach()`"),
+        ({"w", "x", "v", "s", "h", "loss"}, "h is not a leaf"),
+    ],
+)
+def test_leaves_wrong(answer, phrase):
+    fb = lt.check_leaves(answer)
+    assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        ["w", "x", "v", "s"],
+        ("s", "v", "x", "w"),
+        frozenset("wxvs"),
+        {"w": 0, "x": 0, "v": 0, "s": 0}.keys(),
+        (name for name in "wxvs"),
+        iter(["w", "x", "v", "s", "w"]),
+        [" w", "x ", "v", "s"],
+        np.array(["w", "x", "v", "s"]).tolist(),
+    ],
+    ids=["list", "tuple", "frozenset", "dict-keys", "generator", "iterator-with-repeat", "spaces", "numpy-strings"],
+)
+def test_leaves_right_written_differently(answer):
+    assert lt.check_leaves(answer).passed
+
+
+@pytest.mark.parametrize(
+    "answer, phrase",
+    [
+        ({"w": True, "x": True}, "give only the names of the leaves"),
+        ("w, x, v, s", "got str"),
+        (itertools.repeat("w"), "expected a set of names"),
+        ({"w", "W"}, "no tensor named W"),
+        ([torch.ones(1)], "write the names in quotes"),
+    ],
+)
+def test_leaves_malformed(answer, phrase):
+    fb = lt.check_leaves(answer)
+    assert fb.status == "malformed" and phrase in fb.message, fb
+
+
+def test_check_leaves_right_answer_in_any_collection():
+    for answer in ({"w", "x", "v", "s"}, ["s", "v", "x", "w"], ("w", "x", "v", "s"), frozenset("wxvs")):
+        fb = lt.check_leaves(answer)
+        assert isinstance(fb, Feedback) and fb.passed, fb
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        ({"w", "v", "s"}, "x is a leaf. `x = torch.randn(3)`: created by you, without requires_grad"),
+        ({"w", "x", "v"}, "s is a leaf. `s = x * 2`: made by an operation, but none of its inputs requires grad"),
+        ({"w", "x", "s"}, "v is a leaf. `v = w.detach()`: detach() returns"),
+        ({"x", "v", "s"}, "w is a leaf. `w = torch.randn(3, requires_grad=True)`: you created w yourself"),
+        ({"w", "x", "v", "s", "h"}, "h is not a leaf. `h = w * x`: an input requires grad"),
+        ({"w", "x", "v", "s", "loss"}, "(SumBackward0) and is not a leaf"),
+    ],
+)
+def test_check_leaves_each_mistake_gets_its_hint(answer, hint):
+    fb = lt.check_leaves(answer)
+    assert fb.status == "wrong"
+    assert hint in fb.message
+    assert fb.message.startswith("1 tensor misplaced")
+
+
+def test_check_leaves_lists_every_mistake():
+    fb = lt.check_leaves({"w", "h"})
+    assert fb.status == "wrong" and fb.message.startswith("4 tensors misplaced")
+    for name in ("x", "h", "v", "s"):
+        assert f"- {name} " in fb.message
+
+
+@pytest.mark.parametrize("answer", ["w", 3, [1, 2], {"w", "q"}])
+def test_check_leaves_malformed(answer):
+    fb = lt.check_leaves(answer)
+    assert fb.status == "malformed" and not fb.passed
+
+
+def test_check_leaves_unknown_name_is_named():
+    assert "no tensor named q" in lt.check_leaves({"w", "q"}).message
+
+
+@pytest.mark.parametrize("answer", [..., None])
+def test_check_leaves_unanswered(answer):
+    assert lt.check_leaves(answer).status == "unanswered"
+
+
+# ---------------------------------------------------------------- exercise 2: .grad after two backward calls
+
+
+def w_value():
+    return 3.0
+
+
+@pytest.mark.parametrize(
+    "make, phrase",
+    [
+        (lambda: grad_after(1), "what one backward call gives"),
+        (lambda: grad_after(3), "counts 3 backward calls"),
+        (lambda: -grad_after(2), "wrong sign"),
+        (lambda: -grad_after(1), "wrong sign, and only one call"),
+        (lambda: w_value() ** 2 + 4 * w_value(), "that is the loss value"),
+        (lambda: 2 * (w_value() ** 2 + 4 * w_value()), "sums the loss values"),
+        (lambda: 0, "nothing resets .grad"),
+        (lambda: 2 * 2 * w_value(), "differentiated only `w ** 2`"),
+        (lambda: 2 * 4, "differentiated only `4 * w`"),
+        (lambda: float("nan"), "not a finite number"),
+        (lambda: float("-inf"), "not a finite number"),
+        (lambda: grad_after(2) + 3, "count how many backward calls"),
+    ],
+)
+def test_grad_wrong(make, phrase):
+    fb = lt.check_grad_after_two_backwards(make())
+    assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [
+        int,
+        np.int64,
+        np.float32,
+        lambda v: np.array(v),
+        lambda v: np.array([v]),
+        torch.tensor,
+        lambda v: torch.tensor([[v]]),
+        lambda v: torch.tensor(v, dtype=torch.float16),
+        lambda v: torch.tensor(v, requires_grad=True),
+        lambda v: Fraction(int(2 * v), 2),
+        lambda v: v + 1e-9,
+    ],
+    ids=["int", "np.int64", "np.float32", "np-0d", "np-1", "tensor", "tensor-1x1", "half", "requires-grad", "fraction",
+         "rounding"],
+)
+def test_grad_right_written_differently(convert):
+    assert lt.check_grad_after_two_backwards(convert(grad_after(2))).passed
+
+
+def test_grad_snippet_reference():
+    w = torch.tensor(3.0, requires_grad=True)
+    once = (2 * w + 4).item()  # d(w**2 + 4w)/dw at w = 3
+    assert lt.run_snippet(lt.GRAD_SNIPPET)["w"].grad.item() == 2 * once == 20.0
+
+
+@pytest.mark.parametrize("answer", [20, 20.0, torch.tensor(20.0), 20.0000001])
+def test_check_grad_right(answer):
+    assert lt.check_grad_after_two_backwards(answer).passed
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        (10, "what one backward call gives"),
+        (21, "that is the loss value"),
+        (42, "sums the loss values"),
+        (0, "nothing resets .grad here"),
+        (7, "Work out d(loss)/dw for `loss = w ** 2 + 4 * w` at w = 3"),
+    ],
+)
+def test_check_grad_wrong_answers_get_their_hint(answer, hint):
+    fb = lt.check_grad_after_two_backwards(answer)
+    assert fb.status == "wrong" and hint in fb.message
+
+
+@pytest.mark.parametrize("answer", ["20", True, [20], torch.tensor([20.0, 1.0])])
+def test_check_grad_malformed(answer):
+    fb = lt.check_grad_after_two_backwards(answer)
+    assert fb.status == "malformed" and "one number" in fb.message
+
+
+def test_check_grad_unanswered():
+    assert lt.check_grad_after_two_backwards(...).status == "unanswered"
+
+
+# ---------------------------------------------------------------- exercise 3: repair make_weight
+
+SHARED = (torch.rand(3) * 0.01).requires_grad_()
+
+
+def shared_reset():
+    SHARED.grad = None
+    return SHARED
+
+
+def seeded_inside():
+    torch.manual_seed(0)
+    return (torch.rand(3) * 0.01).requires_grad_()
+
+
+def retained_non_leaf():
+    w = torch.rand(3, requires_grad=True) * 0.01
+    w.retain_grad()
+    return w
+
+
+@pytest.mark.parametrize(
+    "fn, phrase",
+    [
+        (lambda: torch.rand(3, requires_grad=True) * 0.01, "still not a leaf"),
+        (retained_non_leaf, "retain_grad() makes backward fill"),
+        (lambda: torch.rand(3) * 0.01, "requires no grad"),
+        (lambda: (torch.rand(3, requires_grad=True) * 0.01).detach(), "requires no grad"),
+        (lambda: torch.zeros(3, requires_grad=True), "all 0"),
+        (lambda: torch.full((3,), 0.005, requires_grad=True), "all 0.005"),
+        (lambda: torch.full((3,), float("nan"), requires_grad=True), "not all finite"),
+        (lambda: torch.tensor([0.001, float("inf"), 0.002], requires_grad=True), "not all finite"),
+        (lambda: torch.tensor([0.001, 0.002, 0.003], requires_grad=True), "two calls returned the same weights"),
+        (seeded_inside, "a seed set inside the function"),
+        (lambda: SHARED, "same tensor object"),
+        (shared_reset, "same tensor object"),
+        (lambda: SHARED.detach().requires_grad_(), "shares its memory"),
+        (lambda: torch.rand(3, requires_grad=True), "should stay small"),
+        (lambda: (torch.randn(3) * 0.01).requires_grad_(), "should stay small"),
+        (lambda: (torch.rand(3) * 0.001).requires_grad_(), "not spread uniformly"),
+        (lambda: (torch.rand(3) * 0.005).requires_grad_(), "not spread uniformly"),
+        (lambda: (torch.randn(3).abs() * 0.003).clamp(max=0.0099).requires_grad_(), "not spread uniformly"),
+        (lambda: (torch.rand(4) * 0.01).requires_grad_(), "shape (3,)"),
+        (lambda: (torch.rand(1, 3) * 0.01).requires_grad_(), "shape (3,)"),
+        (lambda: torch.randint(0, 2, (3,)), "real floating-point"),
+        (lambda: (torch.rand(3, dtype=torch.cfloat) * 0.01).requires_grad_(), "real floating-point"),
+        (lambda: torch.rand(3, device="meta").requires_grad_(), "meta tensor"),
+        (lambda: (torch.rand(3) * 0.01).to_sparse().requires_grad_(), "dense tensor"),
+        (lambda n=None: raise_(ZeroDivisionError("division by zero")), "raised ZeroDivisionError"),
+        (lambda n: torch.rand(n), "needs arguments"),
+    ],
+)
+def test_make_weight_wrong(fn, phrase):
+    fb = lt.check_make_weight(fn)
+    assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+def make_weight_no_grad_then_flag():
+    with torch.no_grad():
+        w = torch.rand(3, requires_grad=True) * 0.01
+    return w.requires_grad_()
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda: torch.nn.Parameter(torch.rand(3) * 0.01),
+        lambda: torch.nn.Parameter(torch.rand(3, requires_grad=True) * 0.01),
+        lambda: (torch.rand(3, dtype=torch.float64) * 0.01).requires_grad_(),
+        lambda: (torch.rand(3) * 0.01).half().requires_grad_(),
+        lambda: (torch.rand(3) * 0.01).bfloat16().requires_grad_(),
+        lambda: torch.from_numpy(np.random.default_rng().random(3) * 0.01).requires_grad_(),
+        lambda: torch.tensor([random.random() * 0.01 for _ in range(3)], requires_grad=True),
+        lambda: (torch.rand(3, requires_grad=True) * 0.01).detach().requires_grad_(),
+        lambda: torch.empty(3).uniform_(0, 0.01).requires_grad_(),
+        lambda: torch.rand(3).mul_(0.01).requires_grad_(True),
+        lambda: torch.rand(3, requires_grad=True).mul(0.01).detach().requires_grad_(),
+        make_weight_no_grad_then_flag,
+    ],
+    ids=["Parameter", "Parameter-of-non-leaf", "float64", "float16", "bfloat16", "numpy", "python-random", "detach",
+         "uniform_", "mul_", "detach-after", "no_grad"],
+)
+def test_make_weight_right_written_differently(fn):
+    fb = lt.check_make_weight(fn)
+    assert fb.passed, fb
+
+
+def test_make_weight_is_deterministic_and_leaves_the_learners_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(5)
+    torch.manual_seed(123)
+    first = lt.check_make_weight(lambda: (torch.rand(3) * 0.0093).requires_grad_())
+    assert torch.equal(torch.rand(5), expected)
+    assert repr(first) == repr(lt.check_make_weight(lambda: (torch.rand(3) * 0.0093).requires_grad_()))
+
+
+def test_make_weight_prints_of_the_learner_show_for_the_checked_calls_only(capsys):
+    def chatty():
+        w = (torch.rand(3) * 0.01).requires_grad_()
+        print("made", w.shape)
+        return w
+
+    assert lt.check_make_weight(chatty, trials=5).passed
+    assert capsys.readouterr().out.count("made") == 5
+
+
+def make_weight_original():
+    return torch.rand(3, requires_grad=True) * 0.01
+
+
+def test_check_make_weight_right_answers():
+    assert lt.check_make_weight(lambda: (torch.rand(3) * 0.01).requires_grad_()).passed
+    assert lt.check_make_weight(lambda: torch.nn.Parameter(torch.rand(3) * 0.01)).passed
+
+
+def test_check_make_weight_never_passes_the_original():
+    fb = lt.check_make_weight(make_weight_original)
+    assert fb.status == "wrong"
+    assert "still not a leaf" in fb.message and "MulBackward0" in fb.message
+
+
+_SHARED = (torch.rand(3) * 0.01).requires_grad_()
+
+
+@pytest.mark.parametrize(
+    "fn, hint",
+    [
+        (lambda: torch.rand(3) * 0.01, "requires no grad"),
+        (lambda: torch.rand(3, requires_grad=True), "should stay small"),
+        (lambda: (torch.rand(4) * 0.01).requires_grad_(), "shape (3,)"),
+        (lambda: 1 / 0, "raised ZeroDivisionError"),
+        (lambda: _SHARED, "same tensor object on every call"),
+    ],
+)
+def test_check_make_weight_wrong_answers_get_their_hint(fn, hint):
+    fb = lt.check_make_weight(fn)
+    assert fb.status == "wrong" and hint in fb.message, fb
+
+
+@pytest.mark.parametrize(
+    "answer, text",
+    [
+        (torch.rand(3), "pass the function itself"),
+        (3, "expected a function"),
+        (lambda: [0.0, 0.0, 0.0], "should return a tensor"),
+    ],
+)
+def test_check_make_weight_malformed(answer, text):
+    fb = lt.check_make_weight(answer)
+    assert fb.status == "malformed" and text in fb.message
+
+
+def test_check_make_weight_unanswered():
+    assert lt.check_make_weight(...).status == "unanswered"
+
+
+# ---------------------------------------------------------------- exceptions: which ones a check turns into feedback
+
+
+@pytest.mark.parametrize("signal", [KeyboardInterrupt, SystemExit, NotAnError])
+def test_signals_that_are_not_errors_pass_through(signal):
+    # Documented policy (leaf_tensors' docstring): every Exception becomes feedback; BaseException
+    # subclasses outside Exception are requests to stop, which a check must not swallow.
+    with pytest.raises(signal):
+        lt.check_make_weight(lambda: raise_(signal()))
+
+
+@pytest.mark.parametrize("err", [LearnerError("x"), TypeError("x"), IndexError("x"), ArithmeticError("x")], ids=str)
+def test_every_exception_from_a_learners_factory_is_feedback(err):
+    fb = lt.check_make_weight(lambda: raise_(err))
+    assert fb.status == "wrong" and f"raised {type(err).__name__}" in fb.message

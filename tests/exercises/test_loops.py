@@ -1,0 +1,68 @@
+"""Watching a learner's loop (the observation that notebook 04's, 05's and 08's checks share): what
+``record_passes`` sees, and the hint a loop that does not accumulate gets."""
+
+import torch
+from torch import nn
+
+from autograd_lab.exercises.loops import pass_mistake, record_passes, wide_pass_mistake
+
+
+def test_record_passes_counts_graphs_per_backward_and_ignores_gradient_free_forwards():
+    model = nn.Linear(3, 1)
+    xs = [torch.randn(4, 3) for _ in range(3)]
+    with record_passes(model) as log:
+        for x in xs:  # accumulation: one graph per backward
+            model(x).pow(2).mean().backward()
+            with torch.no_grad():
+                model(x)
+        sum(model(x).pow(2).mean() for x in xs).backward()  # one backward over three graphs
+        torch.cat([model(x) for x in xs]).pow(2).mean().backward()
+    assert log.forward_sizes == [4] * 9 and log.untracked_forwards == 3
+    assert log.outputs_per_backward == [1, 1, 1, 3, 3] and log.most_outputs_per_backward == 3
+    model(xs[0]).sum().backward()  # the hooks are gone after the block
+    assert len(log.forward_sizes) == 9 and len(log.outputs_per_backward) == 5
+
+
+def test_record_passes_delimits_autograd_grad_calls_too():
+    """One torch.autograd.grad call is one gradient computation, though it never reaches .grad."""
+    model = nn.Linear(3, 1)
+    params = list(model.parameters())
+    xs = [torch.randn(4, 3) for _ in range(3)]
+    with record_passes(model) as log:
+        for x in xs:
+            torch.autograd.grad(model(x).pow(2).mean(), params)
+        torch.autograd.grad(sum(model(x).pow(2).mean() for x in xs), params)
+        (model.weight ** 2).sum().backward()  # a penalty's own backward goes through no output: not a pass
+        sum(model(x).pow(2).mean() for x in xs).backward()
+    assert log.outputs_per_backward == [1, 1, 1, 3, 3]
+    assert log.pass_kinds == ["torch.autograd.grad call"] * 4 + ["backward()"]
+    assert log.widest_pass_kind == "torch.autograd.grad call"
+
+
+def _log_of(losses_per_backward):
+    """The PassLog of backward passes that each go through ``n`` micro-batches' outputs."""
+    model = nn.Linear(3, 1)
+    with record_passes(model) as log:
+        for n in losses_per_backward:
+            sum(model(torch.randn(4, 3)).pow(2).mean() for _ in range(n)).backward()
+    return log
+
+
+def test_one_backward_through_one_micro_batch_at_a_time_is_no_mistake():
+    log = _log_of([1, 1, 1])
+    assert wide_pass_mistake("With k = 3", log) is None
+    assert pass_mistake("With k = 3", log, micro_batches=3, largest=4, forwards=3) is None
+
+
+def test_one_backward_through_several_micro_batches_is_named_with_its_fix():
+    fb = wide_pass_mistake("With k = 3", _log_of([3]))
+    assert fb.status == "wrong" and fb.message.startswith("With k = 3, one backward() went through the forward "
+                                                          "passes of 3 micro-batches")
+    assert "accumulation saves nothing" in fb.message and "right after its forward pass" in fb.message
+
+
+def test_the_most_basic_mistake_is_named_first():
+    log = _log_of([3])  # three forward passes of 4 samples, one backward() through all three
+    assert "3 micro-batches" in pass_mistake("s", log, micro_batches=3, largest=4, forwards=3).message
+    assert "ran the model 3 times" in pass_mistake("s", log, micro_batches=2, largest=4, forwards=3).message
+    assert "ran on 4 samples at once" in pass_mistake("s", log, micro_batches=3, largest=2, forwards=3).message

@@ -1,0 +1,327 @@
+"""Notebook 03's exercise checks (vectorized versus looped) cannot be fooled, refuse no right answer and never
+raise.
+
+For each check: wrong answers a learner could plausibly write, each of which must not pass and must get a
+hint naming its own mistake; right answers written differently from the worked solution, which must pass;
+odd answers and learner code that misbehaves, which must get feedback instead of an exception. Every
+expected value is computed here by running PyTorch, never typed in; the losses are written out again here.
+"""
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from learner_code import LearnerError, NotAnError, odd_answers
+from torch import nn
+
+import autograd_lab as lab
+from autograd_lab.exercises import vectorized_vs_looped as vl
+from autograd_lab.exercises.feedback import Feedback
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "03_vectorized_vs_looped.ipynb"
+
+
+def mean_loss(model, x, y):
+    return ((y - model(x).squeeze(1)) ** 2).mean()
+
+
+def loop_loss(model, x, y):
+    per_sample = [(y[k] - model(x[k])) ** 2 for k in range(len(y))]
+    return torch.stack(per_sample).mean()
+
+
+def scalar_model():
+    model = nn.Linear(1, 1, bias=False)
+    nn.init.ones_(model.weight)
+    return model
+
+
+def looped_nodes(n):
+    model = torch.nn.Linear(1, 1, bias=False)
+    x = torch.arange(1.0, n + 1).unsqueeze(1)
+    return lab.count_nodes(torch.stack([(2 * x[k] - model(x[k])) ** 2 for k in range(n)]).mean())
+
+
+def test_truths_used_here_are_what_the_checks_compute():
+    assert vl.check_looped_nodes(looped_nodes(50), n=50).passed
+
+
+def _notebook_cell(cell_id):
+    cells = {c.get("id"): c for c in json.loads(NOTEBOOK.read_text())["cells"]}
+    return "".join(cells[cell_id]["source"])
+
+
+def test_notebook_loops_match_the_exercise_references():
+    namespace = {"torch": torch}
+    exec(_notebook_cell("losses"), namespace)  # the notebook's own code, shown to every learner
+    exec(_notebook_cell("ex2-loop"), namespace)
+    x = torch.randn(11, 1)
+    for fn in ("looped_loss",):
+        assert lab.count_nodes(namespace[fn](vl.scalar_model(), x, x[:, 0])) == lab.count_nodes(
+            vl.reference_looped_loss(vl.scalar_model(), x, x[:, 0])
+        )
+    w, xs, y, v = torch.randn(3), torch.randn(8, 3), torch.randn(8), torch.rand(8)
+    notebook_value = namespace["weighted_loss_loop"](w, xs, y, v)
+    torch.testing.assert_close(notebook_value, vl.reference_weighted_loss_loop(w, xs, y, v))
+
+
+CHECKS = {"looped_nodes": vl.check_looped_nodes, "vectorized": vl.check_vectorized_loss}
+
+
+@pytest.mark.parametrize("odd", list(odd_answers()), ids=str)
+@pytest.mark.parametrize("check", list(CHECKS), ids=str)
+def test_no_check_raises_on_an_odd_answer(check, odd):
+    fb = CHECKS[check](odd_answers()[odd])
+    assert isinstance(fb, Feedback) and not fb.passed and fb.message
+
+
+# ---------------------------------------------------------------- exercise 1: the size of a looped graph
+
+
+def per_sample_and_shared():
+    one, two = looped_nodes(1), looped_nodes(2)
+    return two - one, 2 * one - two
+
+
+@pytest.mark.parametrize(
+    "make, phrase",
+    [
+        (lambda p, s: p * 49 + s, "count for N = 49"),
+        (lambda p, s: p * 51 + s, "count for N = 51"),
+        (lambda p, s: p * 50, "not the nodes all samples share"),
+        (lambda p, s: p * 50 + s + 1, "off by one"),
+        (lambda p, s: (p + 1) * 50 + s - 1, "shared by every path"),
+        (lambda p, s: 2 * p + s, "the count for N = 2"),
+        (lambda p, s: 0, "cannot be"),
+        (lambda p, s: -(p * 50 + s), "cannot be"),
+        (lambda p, s: float("inf"), "not a finite number"),
+        (lambda p, s: 10**12, "(nodes per sample) x N + (nodes shared by all samples)"),
+    ],
+)
+def test_looped_nodes_wrong(make, phrase):
+    fb = vl.check_looped_nodes(make(*per_sample_and_shared()), n=50)
+    assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [np.int64, np.float32, float, torch.tensor, lambda v: torch.tensor([v], dtype=torch.float64),
+     lambda v: Fraction(2 * v, 2), lambda v: np.array(v)],
+    ids=["np.int64", "np.float32", "float", "tensor", "tensor-1-float64", "fraction", "np-0d"],
+)
+def test_looped_nodes_right_written_differently(convert):
+    assert vl.check_looped_nodes(convert(looped_nodes(50)), n=50).passed
+
+
+@pytest.mark.parametrize("n", [10**9, 0, -3, 2.5, "50", None])
+def test_looped_nodes_refuses_an_impossible_n_without_building_it(n):
+    fb = vl.check_looped_nodes(253, n=n)
+    assert fb.status == "malformed" and "batch size of the exercise" in fb.message
+
+
+def test_looped_nodes_takes_n_as_numpy_or_tensor():
+    assert vl.check_looped_nodes(looped_nodes(12), n=np.int64(12)).passed
+    assert vl.check_looped_nodes(looped_nodes(12), n=torch.tensor(12)).passed
+
+
+def test_ex1_reference_is_the_loop_tested_here():
+    x = torch.randn(9, 1)
+    assert lab.count_nodes(vl.reference_looped_loss(vl.scalar_model(), x, x[:, 0])) == lab.count_nodes(
+        loop_loss(scalar_model(), x, x[:, 0])
+    )
+
+
+def _counts(n):
+    x = torch.randn(n, 1)
+    return lab.count_nodes(loop_loss(scalar_model(), x, x[:, 0]))
+
+
+def test_ex1_right_answer_passes():
+    truth = _counts(50)
+    fb = vl.check_looped_nodes(truth, n=50)
+    assert fb.passed and str(truth) in fb.message
+    assert vl.check_looped_nodes(float(truth), n=50).passed  # 253.0 is a whole number too
+    assert vl.check_looped_nodes(_counts(12), n=12).passed
+
+
+def test_ex1_each_slip_gets_its_hint():
+    per_sample, shared = _counts(2) - _counts(1), 2 * _counts(1) - _counts(2)
+    vectorized = lab.count_nodes(mean_loss(scalar_model(), torch.ones(5, 1), torch.ones(5)))
+    cases = {
+        vectorized: "does not depend on N",
+        per_sample * 50: "not the nodes all samples share",
+        (per_sample + 1) * 50 + shared - 1: "shared by every path",
+        _counts(2): "the count for N = 2",
+        per_sample * 50 + shared + 1: "off by one",
+        per_sample * 50 + shared - 1: "off by one",
+        12345: "(nodes per sample) x N + (nodes shared by all samples)",
+    }
+    for answer, hint in cases.items():
+        fb = vl.check_looped_nodes(answer, n=50)
+        assert fb.status == "wrong" and hint in fb.message, (answer, fb)
+
+
+@pytest.mark.parametrize("answer", ["253", 25.5, True, [253]])
+def test_ex1_malformed(answer):
+    fb = vl.check_looped_nodes(answer, n=50)
+    assert fb.status == "malformed" and "whole number" in fb.message
+
+
+def test_ex1_unanswered():
+    assert vl.check_looped_nodes(..., n=50).status == "unanswered"
+
+
+# ---------------------------------------------------------------- exercise 2: vectorize a loop
+
+
+def solution(w, x, y, weights):
+    return (weights * (x @ w - y) ** 2).sum() / weights.sum()
+
+
+def loop_over_the_weights(w, x, y, weights):
+    total_weight = 0.0
+    for k in range(len(weights)):
+        total_weight += float(weights[k])
+    return (weights * (x @ w - y) ** 2).sum() / total_weight
+
+
+def comprehension_over_the_weights(w, x, y, weights):
+    return (weights * (x @ w - y) ** 2).sum() / sum([float(v) for v in weights])
+
+
+def three_columns_only(w, x, y, weights):
+    prediction = x[:, 0] * w[0] + x[:, 1] * w[1] + x[:, 2] * w[2]
+    return (weights * (prediction - y) ** 2).sum() / weights.sum()
+
+
+def calls_backward(w, x, y, weights):
+    loss = solution(w, x, y, weights)
+    loss.backward(retain_graph=True)
+    return loss
+
+
+def raises(err):
+    def fn(w, x, y, weights):
+        raise err
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    "fn, phrase",
+    [
+        (lambda w, x, y, v: (v * (x @ w - y) ** 2).mean(), "divided by N"),
+        (lambda w, x, y, v: (v * (x @ w - y) ** 2).sum(), "forgot the final division"),
+        (lambda w, x, y, v: ((x @ w - y) ** 2).mean(), "ignores the weights"),
+        (lambda w, x, y, v: (v**2 * (x @ w - y) ** 2).sum() / v.sum(), "yours is squared too"),
+        (vl.reference_weighted_loss_loop, "graph grows with N"),
+        (lambda w, x, y, v: torch.stack([v[k] * (x[k] @ w - y[k]) ** 2 for k in range(len(y))]).sum() / v.sum(),
+         "graph grows with N"),
+        (loop_over_the_weights, "still works once per sample"),
+        (comprehension_over_the_weights, "still works once per sample"),
+        (three_columns_only, "does your function assume a width"),
+        (calls_backward, "calls backward() itself"),
+        (lambda w, x, y, v: solution(w, x, y, v) / 0 * 0, "returned nan"),
+        (lambda w, x, y, v: solution(w, x, y, v).reshape(1).to_sparse(), "sparse"),
+        (lambda w, x, y, v: solution(w, x, y, v) * (1 + 0j), "complex"),
+        (lambda w, x, y, v: solution(w.detach(), x, y, v) + 0 * w.sum(), "different gradient"),
+        (lambda w, x, y, v: torch.tensor(solution(w, x, y, v).item()), "no grad_fn"),
+        (lambda w, x, y, v: v * (x @ w - y) ** 2 / v.sum(), "one number"),
+        (lambda w, x, y, v: None, "returns nothing yet"),
+        (raises(LearnerError("mine")), "raised LearnerError: mine"),
+        (raises(StopIteration()), "raised StopIteration"),
+        (raises(RecursionError("deep")), "raised RecursionError"),
+        (raises(MemoryError()), "raised MemoryError"),
+        (raises(AssertionError("shape")), "raised AssertionError"),
+    ],
+)
+def test_vectorized_wrong(fn, phrase):
+    fb = vl.check_vectorized_loss(fn)
+    assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda w, x, y, v: torch.dot(v, (x @ w - y).pow(2)) / v.sum(),
+        lambda w, x, y, v: torch.einsum("n,n->", v, (x @ w - y) ** 2) / v.sum(),
+        lambda w, x, y, v: ((x @ w - y) ** 2 @ v) / v.sum(),
+        lambda w, x, y, v: torch.nn.functional.mse_loss(x @ w, y, reduction="none").mul(v).sum().div(v.sum()),
+        lambda w, x, y, v: (v / v.sum() * (x.matmul(w) - y).square()).sum().reshape(1),
+        lambda w, x, y, v: (v.float() * (x.float() @ w.float() - y.float()) ** 2).sum() / v.float().sum(),
+        lambda w, x, y, v: (v * torch.vmap(lambda xi, yi: (xi @ w - yi) ** 2)(x, y)).sum() / v.sum(),
+        lambda w, x, y, v: sum(x[:, d] * w[d] for d in range(len(w))).sub(y).pow(2).mul(v).sum() / v.sum(),
+    ],
+    ids=["dot", "einsum", "matmul", "mse_loss", "normalised-first-shape-1", "float32", "vmap", "loop-over-features"],
+)
+def test_vectorized_right_written_differently(fn):
+    fb = vl.check_vectorized_loss(fn)
+    assert fb.passed, fb
+
+
+def test_vectorized_names_a_loop_the_graph_does_not_show():
+    # the graph of this answer does not grow with N; only the counted work shows its loop
+    x = torch.randn(40, 3)
+    sizes = [lab.count_nodes(loop_over_the_weights(torch.ones(3, requires_grad=True), x[:n], x[:n, 0], x[:n, 1].abs()))
+             for n in (4, 33)]
+    assert sizes[0] == sizes[1]
+    assert "once per sample" in vl.check_vectorized_loss(loop_over_the_weights).message
+
+
+def test_ex2_reference_equals_the_loop_and_the_solution():
+    gen = torch.Generator().manual_seed(5)
+    w, x = torch.randn(3, generator=gen), torch.randn(6, 3, generator=gen)
+    y, weights = torch.randn(6, generator=gen), torch.rand(6, generator=gen)
+    torch.testing.assert_close(vl.reference_weighted_loss_loop(w, x, y, weights), solution(w, x, y, weights))
+
+
+def test_ex2_right_answer_passes():
+    fb = vl.check_vectorized_loss(solution)
+    assert fb.passed and "for any N" in fb.message
+    # an equivalent form passes too
+    assert vl.check_vectorized_loss(lambda w, x, y, v: torch.dot(v, (x @ w - y).pow(2)) / v.sum()).passed
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        (lambda w, x, y, v: (v * (x @ w - y) ** 2).mean(), "divided by N"),
+        (lambda w, x, y, v: (v * (x @ w - y) ** 2).sum(), "forgot the final division"),
+        (lambda w, x, y, v: ((x @ w - y) ** 2).mean(), "ignores the weights"),
+        (lambda w, x, y, v: ((x @ w - y) ** 2).sum() / v.sum(), "multiplied by its own weight"),
+        (lambda w, x, y, v: (v * (x @ w - y)).sum() / v.sum(), "squared before it is weighted"),
+        (lambda w, x, y, v: (v * (x @ w - y) ** 3).sum() / v.sum(), "match it term by term"),
+        (vl.reference_weighted_loss_loop, "graph grows with N"),
+        (lambda w, x, y, v: v * (x @ w - y) ** 2 / v.sum(), "one number"),
+        (lambda w, x, y, v: torch.tensor(solution(w, x, y, v).item()), "no grad_fn"),
+        (lambda w, x, y, v: solution(w.detach(), x, y, v) + 0 * w.sum(), "different gradient"),
+        (lambda w, x, y, v: x * w, "returned shape"),
+        (lambda w, x, y, v: torch.mm(w, x), "raised RuntimeError"),
+        (lambda w, x, y, v: None, "returns nothing yet"),
+    ],
+)
+def test_ex2_each_mistake_gets_its_hint(answer, hint):
+    fb = vl.check_vectorized_loss(answer)
+    assert fb.status == "wrong" and hint in fb.message, fb
+
+
+def test_ex2_malformed_and_unanswered():
+    assert vl.check_vectorized_loss(...).status == "unanswered"
+    fb = vl.check_vectorized_loss(solution(torch.ones(3), torch.ones(2, 3), torch.ones(2), torch.ones(2)))
+    assert fb.status == "malformed" and "the function" in fb.message
+    fb = vl.check_vectorized_loss(lambda w, x, y, v: solution(w, x, y, v).item())
+    assert fb.status == "malformed" and "return a tensor" in fb.message
+
+
+# ---------------------------------------------------------------- exceptions: which ones a check turns into feedback
+
+
+@pytest.mark.parametrize("signal", [KeyboardInterrupt, SystemExit, NotAnError])
+def test_signals_that_are_not_errors_pass_through(signal):
+    # Documented policy (leaf_tensors' docstring): every Exception becomes feedback; BaseException
+    # subclasses outside Exception are requests to stop, which a check must not swallow.
+    with pytest.raises(signal):
+        vl.check_vectorized_loss(raises(signal()))
