@@ -171,6 +171,17 @@ def _check_batch(model, inputs, targets):
             raise ValueError(f"the model's parameter '{name}' holds NaN or inf: its gradients cannot be compared.")
 
 
+def _check_options(scale, atol, rtol, seed) -> int:
+    """The loss scaling, the tolerances and the seed, checked; the seed as an int."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(repr(s) for s in SCALES)}; got {scale!r}.")
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                      and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0 (or None for the dtype's default), got {value!r}.")
+    return check_int("seed (the random seed both runs start from)", seed, type_error=TypeError)
+
+
 def _split(k, sizes, n):
     k = check_int("k (the number of micro-batches)", k, type_error=TypeError)
     if k < 1:
@@ -556,14 +567,8 @@ def check_accumulation(
     """
     _check_callables(model, loss_fn, optimizer)
     _check_batch(model, inputs, targets)
-    seed = check_int("seed (the random seed both runs start from)", seed, type_error=TypeError)
-    for name, value in (("atol", atol), ("rtol", rtol)):
-        if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                      and math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0 (or None for the dtype's default), got {value!r}.")
+    seed = _check_options(scale, atol, rtol, seed)
     k, sizes = _split(k, sizes, inputs.shape[0])
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {', '.join(repr(s) for s in SCALES)}; got {scale!r}.")
     setup = _Setup(model, loss_fn, inputs, targets, optimizer, seed, _devices(model, inputs))
     tol = _Tolerance.for_model(model, atol, rtol)
     first = _compare(setup, sizes, scale)
