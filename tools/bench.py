@@ -5,14 +5,17 @@ Parts (all by default; choose with --parts):
              (a fresh kernel that only imports torch and autograd_lab), measured in the same run
              and, in each run's kernel, the timing claims the notebooks' prose makes (TIMING_CLAIMS), checked
              on the notebook's own measurements right after the cell that made them
-  widgets    each widget's callback, timed through the widget's fixed-input call, display (graph rendering) included
-  nbval      the whole nbval suite, as `make test` runs it
+             and, in the last run, each widget's callback, timed through the widget's fixed-input call, display
+             (graph rendering) included
+  nbval      the whole nbval suite, as `make test` runs it: its wall time, and the CPU time of pytest and every
+             process under it (workers, kernels, torchrun's agents and ranks)
   scale      looped against vectorized forward+backward up to N = 10^5; bytes saved for backward against k
              for a wide MLP; per-sample gradients, loop against torch.func.vmap. CPU, and CUDA when present.
 
 Figures are printed as tables and written to bench-results/ as JSON, with the versions and the device.
-Targets (reported, never asserted): notebooks within 3x the floor (03 and 06 have their own budgets),
-the nbval suite within 30 s, widgets: median at most 50 ms and 95th percentile at most 100 ms.
+The targets (reported, never asserted) are the constants below; docs/performance.md states them, with the
+figures of the reference run, docs/bench/reference.json: `--reference` makes this run the reference, `--page`
+only rewrites the page from the committed JSON (tools/bench_page.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import ast
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -30,16 +34,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-# Notebooks whose subject needs more work than the rest: their own budget, in seconds on 2 cores.
+# Notebooks whose subject needs more work than the rest: their own budget (seconds on 2 cores) and why.
 OWN_BUDGET_S = {
-    "03_vectorized_vs_looped.ipynb": 30.0,
-    "06_accumulation_across_processes.ipynb": 40.0,  # starts two processes (torchrun)
-    "08_accumulation_in_practice.ipynb": 40.0,  # starts two processes (torchrun)
+    "03_vectorized_vs_looped.ipynb": (30.0, "it times Python loops"),
+    "06_accumulation_across_processes.ipynb": (40.0, "it starts two processes with torchrun"),
+    "08_accumulation_in_practice.ipynb": (40.0, "it starts two processes with torchrun"),
 }
-FLOOR_FACTOR = 3.0
-NBVAL_BUDGET_S = 30.0
+FLOOR_FACTOR = 3.0  # every other notebook: at most this many times the floor
 WIDGET_BUDGET_MS = 50.0  # median per change, rendering included
 WIDGET_P95_BUDGET_MS = 100.0
+# nbval keeps the cores busy: its wall time at most this many times its CPU time (pytest and every process
+# under it: workers, kernels, torchrun's agents and ranks) divided by the cores it runs on.
+NBVAL_WALL_TO_CPU_PER_CORE = 1.2
+NBVAL_WORKERS = 2  # as `make test` runs it (the Makefile's JOBS)
+# The suite's own targets on 2 cores, not measured here: (what, target, how to measure it).
+SUITE_TARGETS = (
+    ("`make test` from a fresh clone, set-up included", "at most 5 minutes", "`.ci/run` prints each stage's time"),
+    ("`make test-fast` (the unit tests and nbval)", "about 90 s", "`time make test-fast` once set up"),
+)
 # Timing claims in the notebooks' prose that rest on a small margin or on a difference of two timings: on a busy
 # machine (nbval, nbgrader and the browser tests run side by side in `make test`) noise can turn them around,
 # so no notebook cell asserts them; the benchmark, run on a quiet machine, checks them instead. For each
@@ -175,11 +187,9 @@ def bench_notebooks(runs: int, widget_repeats: int, results: dict):
     rows = []
     for name, times in walls.items():
         median = statistics.median(times)
-        budget = OWN_BUDGET_S.get(name)
-        ok = median <= budget if budget else median <= FLOOR_FACTOR * floor
+        target, limit_s = notebook_target(name, floor)
         rows.append({"notebook": name, "median_s": round(median, 2), "runs": len(times),
-                     "ratio_to_floor": round(median / floor, 2),
-                     "target": f"<= {budget:.0f} s" if budget else f"<= {FLOOR_FACTOR:.0f}x floor", "met": ok})
+                     "ratio_to_floor": round(median / floor, 2), "target": target, "met": median <= limit_s})
     results["notebooks"] = {"floor_s": round(floor, 2), "rows": rows}
     wrows = []
     for key, times in widget_times.items():
@@ -187,7 +197,7 @@ def bench_notebooks(runs: int, widget_repeats: int, results: dict):
         p95 = ms[min(len(ms) - 1, int(round(0.95 * (len(ms) - 1))))]
         med = statistics.median(ms)
         wrows.append({"widget": key, "median_ms": round(med, 1), "p95_ms": round(p95, 1), "calls": len(ms),
-                      "met": med <= WIDGET_BUDGET_MS and p95 <= WIDGET_P95_BUDGET_MS})
+                      "met": widget_met(med, p95)})
     results["widgets"] = {"target_median_ms": WIDGET_BUDGET_MS, "target_p95_ms": WIDGET_P95_BUDGET_MS,
                           "rows": wrows}
     results["claims"] = {"rows": [
@@ -197,16 +207,90 @@ def bench_notebooks(runs: int, widget_repeats: int, results: dict):
         for claim, outcomes in claims.items()]}
 
 
-def bench_nbval(results: dict):
-    start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadscope", "notebooks"],
+def notebook_target(name: str, floor_s: float) -> tuple[str, float]:
+    """A notebook's target, in words, and its limit in seconds given the floor."""
+    if name in OWN_BUDGET_S:
+        budget, _why = OWN_BUDGET_S[name]
+        return f"<= {budget:.0f} s", budget
+    return f"<= {FLOOR_FACTOR:.0f}x floor", FLOOR_FACTOR * floor_s
+
+
+def widget_met(median_ms: float, p95_ms: float) -> bool:
+    return median_ms <= WIDGET_BUDGET_MS and p95_ms <= WIDGET_P95_BUDGET_MS
+
+
+def nbval_ratio(wall_s: float, cpu_s: float, cores: int) -> float:
+    """Wall time over CPU time per core: 1.0 when every core was busy all the time."""
+    return wall_s / (cpu_s / cores) if cpu_s > 0 else float("inf")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _set_subreaper(on: bool) -> None:
+    """Linux: while on, a process orphaned under us (a kernel's child whose parent exited first) is re-parented
+    to this process rather than to init, so that reaping it counts its CPU in RUSAGE_CHILDREN."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_CHILD_SUBREAPER = 36
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+
+
+def _children() -> set[int]:
+    import psutil
+
+    return {child.pid for child in psutil.Process().children()}
+
+
+def _reap_finished_orphans(ours: set[int]) -> None:
+    """Reap the finished processes re-parented to us, leaving alone the children we had before (others own them)."""
+    import psutil
+
+    for child in psutil.Process().children():
+        try:
+            if child.pid not in ours and child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, 0)
+        except (psutil.NoSuchProcess, ChildProcessError):  # reaped meanwhile
+            pass
+
+
+def run_counting_cpu(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run cmd; return its result, its wall time and the CPU time of it and every process under it (user and
+    system; a process counts once it has exited and been waited for, as every test's process is)."""
+    _set_subreaper(True)
+    try:
+        ours = _children()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        done = subprocess.run(cmd, **kw)
+        wall = time.perf_counter() - start
+        _reap_finished_orphans(ours)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    finally:
+        _set_subreaper(False)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done, wall, cpu
+
+
+def bench_nbval(results: dict, workers: int = NBVAL_WORKERS):
+    """The nbval suite as `make test` runs it: its wall time against its CPU time per core."""
+    done, wall, cpu = run_counting_cpu(
+        [sys.executable, "-m", "pytest", "-q", "-n", str(workers), "--dist", "loadscope", "notebooks"],
         cwd=ROOT, capture_output=True, text=True,
     )
-    wall = time.perf_counter() - start
+    cores = min(usable_cores(), workers)
+    ratio = nbval_ratio(wall, cpu, cores)
     tail = (done.stdout.strip().splitlines() or [""])[-1]
-    results["nbval"] = {"wall_s": round(wall, 1), "target_s": NBVAL_BUDGET_S, "met": wall <= NBVAL_BUDGET_S,
-                        "passed": done.returncode == 0, "summary": tail}
+    results["nbval"] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "cores": cores, "workers": workers,
+                        "ratio": round(ratio, 2), "target_ratio": NBVAL_WALL_TO_CPU_PER_CORE,
+                        "met": ratio <= NBVAL_WALL_TO_CPU_PER_CORE, "passed": done.returncode == 0,
+                        "summary": tail}
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,7 +447,8 @@ def print_tables(results: dict):
         table("Timing claims of the notebooks (checked here, not in the notebooks)", results["claims"]["rows"],
               ["claim", "held", "met", "errors"])
     if "nbval" in results:
-        table("nbval suite", [results["nbval"]], ["wall_s", "target_s", "met", "passed", "summary"])
+        table(f"nbval suite (target: wall <= {NBVAL_WALL_TO_CPU_PER_CORE}x CPU / cores)", [results["nbval"]],
+              ["wall_s", "cpu_s", "cores", "ratio", "met", "passed", "summary"])
     for dev, figs in results.get("scale", {}).items():
         table(f"Looped against vectorized forward+backward, MLP 16-32-1 [{dev}]", figs["loop_vs_vectorized"],
               ["N", "vectorized_ms", "looped_ms", "ratio", "extra_us_per_sample"])
@@ -373,30 +458,76 @@ def print_tables(results: dict):
               ["N", "loop_ms", "vmap_ms", "speedup", "max_abs_diff"])
 
 
+def _graphviz_version() -> str:
+    try:
+        from autograd_lab.env import graphviz_check
+    except ImportError:  # a bare machine without the course's package: the scale part still runs
+        return "unknown"
+    return graphviz_check()[0] or "not found"
+
+
+def _versions(*dists: str) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for dist in dists:
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            found[dist] = "not installed"
+    return found
+
+
 def environment() -> dict:
     import torch
 
     devices = ["cpu"] + ([f"cuda: {torch.cuda.get_device_name(0)}"] if torch.cuda.is_available() else [])
-    return {"python": platform.python_version(), "torch": torch.__version__, "machine":
-            f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores", "devices": devices,
-            "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        system = platform.freedesktop_os_release().get("PRETTY_NAME", platform.system())
+    except (AttributeError, OSError):  # not Linux, or no os-release file
+        system = platform.platform(terse=True)
+    return {"python": platform.python_version(), "torch": torch.__version__, "graphviz": _graphviz_version(),
+            "packages": _versions("nbval", "nbclient", "jupyterlab", "ipywidgets", "torchviz"),
+            "system": system, "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores",
+            "cores": usable_cores(), "devices": devices, "threads": torch.get_num_threads(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def main(argv=None):
+PARTS = ("notebooks", "nbval", "scale")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default="notebooks,nbval,scale", help="comma-separated: notebooks,nbval,scale")
+    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated: " + ",".join(PARTS))
     parser.add_argument("--runs", type=int, default=2, help="fresh-kernel runs per notebook (median)")
     parser.add_argument("--widget-calls", type=int, default=20, help="timed calls per widget callback")
+    parser.add_argument("--jobs", type=int, default=NBVAL_WORKERS, help="nbval's pytest-xdist workers")
     parser.add_argument("--max-n", type=int, default=100_000, help="largest N for looped against vectorized")
     parser.add_argument("--devices", default="auto", help="auto (cpu, and cuda when present), cpu, or cuda")
     parser.add_argument("--out", default=str(ROOT / "bench-results"), help="folder for the JSON results")
+    parser.add_argument("--reference", action="store_true",
+                        help="this run (every part) becomes the reference: docs/bench/reference.json and the page")
+    parser.add_argument("--page", action="store_true",
+                        help="measure nothing: rewrite docs/performance.md from docs/bench/reference.json")
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.widget_calls < 1:
-        parser.error("--runs and --widget-calls must be at least 1")
-    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    unknown = parts - {"notebooks", "nbval", "scale"}
+    if args.runs < 1 or args.widget_calls < 1 or args.jobs < 1:
+        parser.error("--runs, --widget-calls and --jobs must be at least 1")
+    args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    unknown = args.parts - set(PARTS)
     if unknown:
-        parser.error(f"unknown parts {sorted(unknown)}; choose from notebooks, nbval, scale")
+        parser.error(f"unknown parts {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    if args.reference and args.parts != set(PARTS):
+        parser.error("--reference needs every part (leave out --parts): the page shows them all")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from tools import bench_page
+
+    if args.page:
+        print(f"rewrote {bench_page.write_page().relative_to(ROOT)} from {bench_page.REFERENCE.relative_to(ROOT)}")
+        return 0
 
     import torch
 
@@ -404,23 +535,31 @@ def main(argv=None):
         devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     else:
         devices = [torch.device(d) for d in args.devices.split(",")]
-    results = {"environment": environment()}
+    results = {"environment": environment(),
+               "settings": {"runs": args.runs, "widget_calls": args.widget_calls, "max_n": args.max_n}}
     start = time.perf_counter()
-    if "notebooks" in parts:
+    if "notebooks" in args.parts:
         bench_notebooks(args.runs, args.widget_calls, results)
-    if "nbval" in parts:
-        bench_nbval(results)
-    if "scale" in parts:
+    if "nbval" in args.parts:
+        bench_nbval(results, args.jobs)
+    if "scale" in args.parts:
         bench_scale(results, args.max_n, devices)
     results["environment"]["total_s"] = round(time.perf_counter() - start, 1)
     print_tables(results)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    text = json.dumps(results, indent=2) + "\n"
     for name in (f"bench-{stamp}.json", "latest.json"):
-        (out / name).write_text(json.dumps(results, indent=2))
+        (out / name).write_text(text)
     print(f"\nTotal {results['environment']['total_s']} s. Results: {out / f'bench-{stamp}.json'} (and latest.json)")
+    if args.reference:
+        bench_page.REFERENCE.parent.mkdir(parents=True, exist_ok=True)
+        bench_page.REFERENCE.write_text(text)
+        bench_page.write_page()
+        print(f"Reference: {bench_page.REFERENCE.relative_to(ROOT)}; page: {bench_page.PAGE.relative_to(ROOT)}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
