@@ -53,7 +53,6 @@ def released(tmp_path_factory):
     notebooks = course.generate(NOTEBOOKS, root / "course", root / "student")
     return {
         "release": {p.stem: nbformat.read(p, as_version=4) for p in notebooks},
-        "source": {p.stem: derived_source(p) for p in NOTEBOOKS},
         "exercises": {p.stem: exercises_of(p) for p in NOTEBOOKS},
         "stub": course.code_stub(),
     }
@@ -194,6 +193,7 @@ def test_annotate_check_names_what_is_out_of_place(tmp_path, change, message):
 # ------------------------------------------------------------------------------------ student release
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aid", IDS)
 def test_student_release_has_no_solution_and_no_output(released, aid):
     release = released["release"][aid]
@@ -217,11 +217,11 @@ def test_student_release_has_no_solution_and_no_output(released, aid):
             assert not cell.outputs and cell.execution_count is None, f"{aid}: output left in cell {cell.get('id')}"
 
 
-@pytest.mark.parametrize("aid", IDS)
-def test_no_cell_outside_an_exercise_needs_its_solution(released, aid):
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_no_cell_outside_an_exercise_needs_its_solution(path):
     """Names only a worked solution binds are read by no other cell (in the release that cell would fail)."""
-    source = released["source"][aid]
-    exercises = {ex.solution_id: ex for ex in released["exercises"][aid]}
+    aid, source = path.stem, derived_source(path)
+    exercises = {ex.solution_id: ex for ex in exercises_of(path)}
     others = [
         c for c in source.cells
         if c.cell_type == "code" and c.get("id") not in exercises and not cells.is_test_cell(c)
@@ -268,11 +268,13 @@ def _parse(path: Path) -> _Page:
     return page
 
 
+@pytest.mark.slow
 def test_handouts_contents_page_lists_every_notebook(handout_dir):
     page = _parse(handout_dir / "index.html")
     assert [link for link in page.links] == [f"{p.stem}.html" for p in NOTEBOOKS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_handout_page(handout_dir, path):
     page_path = handout_dir / f"{path.stem}.html"
