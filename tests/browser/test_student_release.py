@@ -4,7 +4,7 @@ The release of the first notebook with exercises (made by ``nbgrader generate_as
 tools/classroom) is opened in JupyterLab and run with *Restart Kernel and Run All Cells*, as a
 student would. Every cell before the first exercise's autograder cell runs without error; that cell
 fails with the check's own instruction ("Your turn: replace the ... with ..."), and Run All stops
-there, as it does at any failing cell. (tests/tools/test_classroom.py runs releases to the end with nbgrader.)
+there, as it does at any failing cell. (tests/tools/test_autograde.py runs releases to the end with nbgrader.)
 
 A learner of the course itself reveals a worked solution as the reveal cell under each exercise says. The
 same notebook is run whole: the answer cell shows "Your turn" and nothing shows a solution. Then, with real
