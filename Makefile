@@ -28,11 +28,13 @@ PIP     := $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
 help:
 	@echo "make lab           set up (venv, packages, Graphviz) and open JupyterLab on the course map"
 	@echo "make test          set up, then every test: unit tests, nbval on every notebook, browser tests"
+	@echo "make test-fast     the unit tests and nbval without the slow tests (no browser tests)"
 	@echo "make notebooks     re-execute every notebook in a fresh kernel and save it"
 	@echo "make bench         measure notebook cost, widget latency and the course's figures at scale"
 	@echo "make test-pythons  the non-browser suite on every other supported Python found here (3.10, 3.12, 3.13)"
 	@echo "make hub           a class on JupyterHub on this machine (loopback; tools/hub/README.md)"
-	@echo "make test-hub      the whole nbgrader assignment flow on JupyterHub, two students in headless Chromium"
+	@echo "make test-hub      the whole nbgrader assignment flow on JupyterHub, two students in headless Chromium,"
+	@echo "                   and nbgrader's round trip of every notebook"
 
 # One clear line instead of a resolver error on a Python the course does not support.
 python-check:
@@ -53,7 +55,7 @@ $(LEARNER): pyproject.toml $(CONSTRAINTS) | $(PY)
 	@touch $@
 
 # The tester's packages include the learner's: one pip call for both (a second call resolves everything again
-# and rebuilds the editable install: 13 s of a fresh set-up here), and the learner's set-up is then done too.
+# and rebuilds the editable install), and the learner's set-up is then done too.
 $(TESTER): pyproject.toml $(CONSTRAINTS) | $(PY)
 	$(INSTALL_TORCH)
 	$(PIP) -e ".[test,classroom]"
@@ -88,8 +90,9 @@ chromium:
 test: setup-test chromium
 	$(PY) -m tools test --jobs $(JOBS) $(if $(SERIAL),--serial)
 
+# The unit tests and nbval without the slow tests (tools/run_tests.py says what each suite selects).
 test-fast: setup-test
-	$(PY) -m pytest -m "not browser" -n $(JOBS) tests
+	$(PY) -m tools test --fast --jobs $(JOBS)
 
 test-browser: setup-test chromium
 	$(PY) -m pytest -m browser tests
@@ -101,9 +104,11 @@ hub: $(HUB_INSTALLED) graphviz
 	$(NEEDS_NBGRADER)
 	$(PY) tools/hub/hub.py start
 
+# The class on JupyterHub, then nbgrader's round trip of every notebook (make test grades a few).
 test-hub: $(HUB_INSTALLED) graphviz chromium
 	$(NEEDS_NBGRADER)
 	$(PY) -m pytest -m hub -n 0 tests/hub
+	$(PY) -m pytest -n 0 tests/tools/test_autograde.py
 
 bench: setup-test
 	$(PY) -m tools bench

@@ -63,7 +63,8 @@ def main(argv=None) -> int:
             return 0
     print(f"\nmake test drives real JupyterLab in a headless Chromium, and found none at {binary}.\n"
           f"Install it, then run make test again:\n\n    {hint()}\n\n"
-          "Or run `make test-fast`: every test except the browser tests.\n", file=sys.stderr)
+          "Or run `make test-fast`: the unit tests and nbval, without the browser and the slow tests.\n",
+          file=sys.stderr)
     return 1
 
 

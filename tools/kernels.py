@@ -5,9 +5,9 @@
   encryption" at every start. Unix sockets in a private temporary folder have neither problem. (Their
   default place, ``kernel-ipc-N`` files in the current folder, would land in the notebooks' folder.)
 * **Short polls (jupyter/nbclient#312).** With widget cells, a wait for a cell's reply in one long poll
-  sometimes wakes only when the poll times out, although the reply has arrived: a 3-second notebook then
-  takes ten minutes. Polling the shell channel in steps of ``POLL_S`` seconds, up to the same deadline,
-  picks the reply up at once.
+  sometimes wakes only when the poll times out, although the reply has arrived: a notebook of seconds then
+  takes as long as the timeout. Polling the shell channel in steps of ``POLL_S`` seconds, up to the same
+  deadline, picks the reply up at once.
 
 `make notebooks` (execute_notebooks.py), `make bench` (bench.py) and nbgrader's autograde
 (classroom/nbgrader_config.py, through ``SteadyKernel``) all start their kernels with this module.

@@ -4,10 +4,10 @@
 
 For each version it looks for an interpreter (``python3.X`` on PATH, else pyenv's), sets up its own
 virtual environment ``.venv-3.X`` with the Makefile's set-up (the same lock, torch from TORCH_INDEX) and runs
-``pytest -m "not browser"`` on the tests and the notebooks. A version that is not on this machine is named
-loudly at the end; so is every failure. Where torch comes from can be set per version:
-``TORCH_INDEX_312=`` (empty) installs PyPI's default torch build, what ``pip install torch`` gives
-(a CUDA build on Linux), to check the course on the build most learners have.
+what ``make test`` runs beside the browser tests (``tools.run_tests.REST``): the unit tests and nbval. A
+version that is not on this machine is named loudly at the end; so is every failure. Where torch comes
+from can be set per version: ``TORCH_INDEX_312=`` (empty) installs PyPI's default torch build, what
+``pip install torch`` gives (a CUDA build on Linux), to check the course on the build most learners have.
 
 Exit status: 0 when every version found passed, 1 otherwise; absent versions alone do not fail the run,
 unless ``--require`` is given.
@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tools.run_tests import REST
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,11 +67,10 @@ def run_one(version: str, python: str, jobs: str) -> tuple[bool, str]:
                                  capture_output=True, text=True).stdout.strip()
     print(f"=== Python {version}: torch {torch_build}", flush=True)
     tests = subprocess.run(
-        [str(venv_python), "-m", "pytest", "-m", "not browser", "-n", jobs, "--dist", "loadscope", "-q",
-         # nbgrader's autograde round trips run here too (where nbgrader installs: 3.11 and newer). They were
-         # left out for a while: on 3.13 they sometimes sat idle for minutes, because nbgrader's Execute starts
-         # its kernel client the sync way, which skipped the steady shell polls until tools/kernels.SteadyKernel
-         # covered it. On 3.13 since: 134 s and 132 s for tests/tools/test_classroom.py, no idle wait.
+        [str(venv_python), "-m", "pytest", "-m", REST, "-n", jobs, "--dist", "loadscope", "-q",
+         # nbgrader's autograde round trip runs here too (where nbgrader installs: 3.11 and newer): nbgrader's
+         # Execute starts its kernel client the sync way, which tools/kernels.SteadyKernel must cover on every
+         # Python (without it, autograde on 3.13 sat idle until the cell timeout).
          "tests", "notebooks"],
         cwd=REPO,
     )

@@ -1,13 +1,19 @@
 """``make test``'s two suites side by side: the browser tests next to the rest (unit tests and nbval).
 
-On their own the browser tests keep less than one core busy (157 s of CPU in 201 s here: they wait on
-JupyterLab, Chromium and the kernel), while the rest keeps two busy in bursts. One after the other the two
-suites took 204 s + 201 s on 2 cores; side by side, 315 to 357 s for both (four runs). The rest prints as
-it runs; the browser suite's output goes to ``test-artifacts/browser-tests.log`` and is printed when both
-are done, so the two never interleave.
+On their own the browser tests keep less than one core busy (they wait on JupyterLab, Chromium and the
+kernel), while the rest keeps two busy in bursts: side by side the pair finishes sooner than one after the
+other. The rest prints as it runs; the browser suite's output goes to ``test-artifacts/browser-tests.log``
+and is printed when both are done, so the two never interleave. Only the rest records its results in
+``.pytest_cache`` (one writer: ``pytest --lf`` then reruns what failed there).
 
 ``python -m tools test [--jobs N] [--serial]``: exit status 0 only when both suites pass. ``--serial`` runs
-them one after the other, as before (for a slow machine, or to read the browser tests' output live).
+them one after the other (for a slow machine, or to read the browser tests' output live). ``--fast``
+(``make test-fast``) runs the rest without its slow tests, and no browser tests.
+
+What each suite selects (pytest -m), with one home here:
+  REST  everything but the browser tests, the class on JupyterHub (``make test-hub``) and the nbgrader
+        round trips that only ``make test-hub`` runs (mark ``autograde``)
+  FAST  REST without the tests marked ``slow``
 """
 
 from __future__ import annotations
@@ -23,12 +29,15 @@ from autograd_lab import processes  # the standard library only: no torch for th
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "test-artifacts" / "browser-tests.log"
+REST = "not browser and not hub and not autograde"
+FAST = f"{REST} and not slow"
 
 
-def commands(jobs: int) -> tuple[list[str], list[str]]:
+def commands(jobs: int, fast: bool = False) -> tuple[list[str], list[str]]:
+    """The rest (unit tests and nbval: one notebook's cells stay on one worker) and the browser suite."""
     pytest = [sys.executable, "-m", "pytest"]
-    rest = [*pytest, "-m", "not browser", "-n", str(jobs), "--dist", "loadscope", "tests", "notebooks"]
-    browser = [*pytest, "-m", "browser", "tests"]
+    rest = [*pytest, "-m", FAST if fast else REST, "-n", str(jobs), "--dist", "loadscope", "tests", "notebooks"]
+    browser = [*pytest, "-m", "browser", "-p", "no:cacheprovider", "tests"]
     return rest, browser
 
 
@@ -58,8 +67,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers for the unit tests and nbval")
     parser.add_argument("--serial", action="store_true", help="the browser tests after the rest, output live")
+    parser.add_argument("--fast", action="store_true", help="the rest without its slow tests; no browser tests")
     args = parser.parse_args(argv)
-    rest, browser = commands(args.jobs)
+    rest, browser = commands(args.jobs, fast=args.fast)
+    if args.fast:
+        return subprocess.call(rest, cwd=ROOT)
     if args.serial:
         first = subprocess.call(rest, cwd=ROOT)
         return 1 if subprocess.call(browser, cwd=ROOT) or first else 0

@@ -35,7 +35,8 @@ TIMEOUT_S = 90
 DECK_SETTINGS = "jupyterlab-slideshow:plugin"
 DECK_BUTTON = '.jp-NotebookPanel-toolbar [data-command="deck:toggle"]'
 
-from tools import classroom  # noqa: E402 (the repository root is on sys.path: conftest.py)
+from tools.classroom.annotation import annotate  # noqa: E402 (the repository root is on sys.path: conftest.py)
+from tools.classroom.cells import is_widget_cell, source_of  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +59,7 @@ def leave_the_deck(lab):
 def annotated_copy(server, path: Path) -> tuple[str, nbformat.NotebookNode]:
     """The notebook annotated for the classroom, written beside the server's copy of notebooks/."""
     nb = nbformat.read(path, as_version=4)
-    classroom.annotate(nb, path.name)
+    annotate(nb, path.name)
     dest = server.root / "notebooks" / f"_slides_{path.name}"  # same folder: its relative links still work
     nbformat.write(nb, dest)
     return dest.relative_to(server.root).as_posix(), nb
@@ -165,7 +166,7 @@ def test_notebook_presents_as_slides_and_every_cell_is_reached(lab):
 def _math_notebook() -> tuple[Path, list[str]]:
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
-        ids = [c.id for c in nb.cells if c.cell_type == "markdown" and MATH.search(classroom._src(c))]
+        ids = [c.id for c in nb.cells if c.cell_type == "markdown" and MATH.search(source_of(c))]
         if ids:
             return path, ids
     pytest.skip("no notebook has LaTeX in its markdown")
@@ -211,7 +212,7 @@ def test_maths_renders_in_jupyterlab_and_on_a_slide(lab):
 @pytest.mark.timeout(RUN_TIMEOUT + 300)
 def test_a_widget_answers_on_its_slide(lab):
     rel, nb = annotated_copy(lab.server, REPO / "notebooks" / "00_start_here.ipynb")
-    widget_id = next(c.id for c in nb.cells if classroom.is_widget_cell(c))
+    widget_id = next(c.id for c in nb.cells if is_widget_cell(c))
     lab.open(rel)
     lab.js("() => window.alTest.startRun()")
     lab.wait(

@@ -4,7 +4,7 @@ The release of the first notebook with exercises (made by ``nbgrader generate_as
 tools/classroom) is opened in JupyterLab and run with *Restart Kernel and Run All Cells*, as a
 student would. Every cell before the first exercise's autograder cell runs without error; that cell
 fails with the check's own instruction ("Your turn: replace the ... with ..."), and Run All stops
-there, as it does at any failing cell. (tests/tools/test_classroom.py runs every release to the end with nbgrader.)
+there, as it does at any failing cell. (tests/tools/test_autograde.py runs releases to the end with nbgrader.)
 
 A learner of the course itself reveals a worked solution as the reveal cell under each exercise says. The
 same notebook is run whole: the answer cell shows "Your turn" and nothing shows a solution. Then, with real
@@ -27,13 +27,14 @@ REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 RUN_TIMEOUT = float(os.environ.get("AUTOGRAD_LAB_RUN_TIMEOUT", 300))
 
-from tools import classroom  # noqa: E402 (the repository root is on sys.path: conftest.py)
+from tools.classroom.course import generate  # noqa: E402 (the repository root is on sys.path: conftest.py)
+from tools.classroom.layout import exercises  # noqa: E402
 
 
 def first_exercise():
     """The first notebook with exercises, and its first exercise."""
     for path in NOTEBOOKS:
-        found = classroom.exercises(nbformat.read(path, as_version=4), path.parent, path.name)
+        found = exercises(nbformat.read(path, as_version=4), path.parent, path.name)
         if found:
             return path, found[0]
     pytest.skip("no notebook has exercises")
@@ -42,7 +43,7 @@ def first_exercise():
 def test_student_release_runs_in_jupyterlab_until_the_first_exercise(lab, tmp_path):
     pytest.importorskip("nbgrader", reason="the classroom extra is not installed")
     path, first = first_exercise()
-    (release,) = classroom.generate([path], tmp_path / "course", lab.server.root / "student")
+    (release,) = generate([path], tmp_path / "course", lab.server.root / "student")
 
     lab.open(f"student/{release.name}")
     lab.js("() => window.alTest.startRun()")

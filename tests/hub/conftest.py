@@ -186,13 +186,19 @@ def chromium():
         pw.stop()
 
 
+@pytest.fixture(scope="session")
+def hub_proxy() -> Path:
+    """configurable-http-proxy, which the hub's configuration names (from npm: tools/hub/proxy)."""
+    if hubtool.proxy() is None:
+        _missing("JupyterHub's proxy is not installed.", hubtool.PROXY_HINT)
+    return hubtool.proxy()
+
+
 @pytest.fixture(scope="module")
-def hub(chromium, seconds_table):
+def hub(chromium, hub_proxy, seconds_table):
     for module, hint in (("jupyterhub", "the hub extra"), ("nbgrader", "the classroom extra"), ("psutil", "psutil")):
         if importlib.util.find_spec(module) is None:
             _missing(f"{module} is not installed.", f"Install {hint}: .venv/bin/python -m pip install -e '.[hub]'")
-    if hubtool.proxy() is None:
-        _missing("JupyterHub's proxy is not installed.", hubtool.PROXY_HINT)
     root = Path(tempfile.mkdtemp(prefix="autograd-lab-hub-"))
     server = Hub(root)
     failed = None

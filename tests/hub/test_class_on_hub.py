@@ -34,7 +34,7 @@ import pytest
 pytestmark = [pytest.mark.hub, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
-from tools import classroom  # noqa: E402 (the repository root is on sys.path: conftest.py)
+from tools.classroom import layout  # noqa: E402 (the repository root is on sys.path: conftest.py)
 
 NOTEBOOK = REPO / "notebooks" / "01_leaf_tensors.ipynb"
 ASSIGNMENT = NOTEBOOK.stem
@@ -175,7 +175,7 @@ def fetch_feedback(page, home: Path) -> str:
 
 
 def exercises():
-    return classroom.exercises(nbformat.read(NOTEBOOK, as_version=4), NOTEBOOK.parent, NOTEBOOK.name)
+    return layout.exercises(nbformat.read(NOTEBOOK, as_version=4), NOTEBOOK.parent, NOTEBOOK.name)
 
 
 def typed_part(solution: str) -> str:

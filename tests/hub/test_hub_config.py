@@ -1,8 +1,10 @@
-"""The hub's configuration, read without starting anything (fast; part of the ordinary suite).
+"""The hub's configuration, read without starting anything.
 
 tools/hub/jupyterhub_config.py is loaded the way JupyterHub loads it (traitlets), under a made-up
 environment: the hub listens on loopback only, students and instructors get the roles the class needs,
 and the settings refuse what would make a class without an instructor or a person in both roles.
+The configuration names JupyterHub's proxy, which only the hub's set-up installs: the tests that load it
+carry the ``hub`` mark and run in ``make test-hub``; the others run in every suite.
 """
 
 from __future__ import annotations
@@ -36,11 +38,9 @@ class FakeSpawner:
 
 
 @pytest.fixture
-def config(tmp_path, monkeypatch):
+def config(hub_proxy, tmp_path, monkeypatch):
     from traitlets.config.loader import PyFileConfigLoader
 
-    if hubtool.proxy() is None:
-        pytest.skip(hubtool.PROXY_HINT)
     for key, value in {**ENV, "AUTOGRAD_LAB_HUB_DIR": str(tmp_path / "state")}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(sys, "path", list(sys.path))  # the config puts its folder on sys.path
@@ -51,6 +51,7 @@ def environment(config, user: str) -> dict[str, str]:
     return {key: value(FakeSpawner(user)) for key, value in config.Spawner.environment.items()}
 
 
+@pytest.mark.hub
 def test_the_hub_listens_on_loopback_with_its_state_in_one_folder(config, tmp_path):
     assert config.JupyterHub.bind_url == "http://127.0.0.1:8123"
     assert config.JupyterHub.hub_ip == "127.0.0.1" and config.Spawner.ip == "127.0.0.1"
@@ -60,12 +61,14 @@ def test_the_hub_listens_on_loopback_with_its_state_in_one_folder(config, tmp_pa
     assert config.SimpleLocalProcessSpawner.home_dir_template == str(tmp_path / "state" / "homes" / "{username}")
 
 
+@pytest.mark.hub
 def test_log_in_allows_the_class_and_makes_the_instructor_admin(config):
     assert config.Authenticator.admin_users == {"teacher"}
     assert config.Authenticator.allowed_users == {"alice", "bob"}
     assert config.SharedPasswordAuthenticator.user_password == ENV["AUTOGRAD_LAB_STUDENT_PASSWORD"]
 
 
+@pytest.mark.hub
 def test_every_server_runs_the_course_environment_and_a_role(config, tmp_path):
     assert Path(config.Spawner.cmd[0]).parent == Path(sys.executable).parent
     student, teacher = environment(config, "alice"), environment(config, "teacher")

@@ -8,6 +8,8 @@ import pytest
 
 from tools import run_tests
 
+pytest_plugins = ["pytester"]
+
 
 def py(code: str) -> list[str]:
     return [sys.executable, "-c", code]
@@ -26,10 +28,31 @@ def test_the_verdict_needs_both_suites(tmp_path, monkeypatch, capfd, rest_code, 
     assert ("unit tests and nbval passed" if rest_code == 0 else "unit tests and nbval FAILED") in out
 
 
-def test_make_test_runs_both_suites_over_the_whole_course():
-    rest, browser = run_tests.commands(2)
-    assert rest[-2:] == ["tests", "notebooks"] and "not browser" in rest and "loadscope" in rest
-    assert browser[-3:] == ["-m", "browser", "tests"]
+MARKS = ("browser", "hub", "autograde", "slow")
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["make test", "make test-fast"])
+def test_each_suite_selects_its_tests_by_mark(pytester, fast):
+    """Run on a folder with one test per mark, each command line collects the tests its docstring names."""
+    pytester.makeini("[pytest]\nmarkers =\n" + "".join(f"    {mark}: a mark\n" for mark in MARKS))
+    (pytester.path / "notebooks").mkdir()
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_marks.py").write_text(
+        "import pytest\n\n"
+        + "".join(f"@pytest.mark.{mark}\ndef test_{mark}():\n    pass\n\n" for mark in MARKS)
+        + "def test_unmarked():\n    pass\n"
+    )
+
+    def collected(cmd):
+        assert cmd[:3] == [sys.executable, "-m", "pytest"]
+        result = pytester.runpytest(*cmd[3:], "--collect-only", "-q")
+        return {line.split("::")[-1] for line in result.outlines if "::" in line}
+
+    rest, browser = run_tests.commands(0, fast=fast)
+    expected = {"test_unmarked"} if fast else {"test_unmarked", "test_slow"}
+    assert collected(rest) == expected
+    assert collected(browser) == {"test_browser"}
+    assert rest[-2:] == ["tests", "notebooks"], "the rest runs the unit tests and nbval on every notebook"
 
 
 def test_each_test_process_and_what_it_starts_runs_one_torch_thread():

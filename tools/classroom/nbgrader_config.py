@@ -21,8 +21,8 @@ c.ClearSolutions.code_stub = {
     )
 }
 
-# The limit for one cell. The course's notebooks run whole in well under a minute, so 120 s leaves a slow
-# laptop room; nbgrader's default, 30 s, is tight for the multi-process notebook on a busy machine.
+# The limit for one cell, with room for a slow laptop; nbgrader's default, 30 s, is tight for the
+# multi-process notebook on a busy machine.
 c.Execute.timeout = 120
 
 # How autograde starts its kernels: over IPC and polling the shell channel in short steps (jupyter/nbclient#312:
