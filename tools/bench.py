@@ -38,7 +38,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 OWN_BUDGET_S = {
     "03_vectorized_vs_looped.ipynb": (30.0, "it times Python loops"),
     "06_accumulation_across_processes.ipynb": (40.0, "it starts two processes with torchrun"),
-    "08_accumulation_in_practice.ipynb": (40.0, "it starts two processes with torchrun"),
+    "07_accumulation_in_practice.ipynb": (40.0, "it starts two processes with torchrun"),
 }
 FLOOR_FACTOR = 3.0  # every other notebook: at most this many times the floor
 WIDGET_BUDGET_MS = 50.0  # median per change, rendering included
@@ -66,8 +66,8 @@ TIMING_CLAIMS = {
         ("03: a backward ATen operation of the loop costs 1/3x to 10x an addition",
          "tiny.fastest * 1e6 / 3 < split_us[PHASES[2]] / loop_ops[PHASES[2]].total() < 10 * tiny.fastest * 1e6"),
     ]),
-    "08_accumulation_in_practice.ipynb": ("ckpt-time", [
-        ("08: an update with activation checkpointing takes longer than the full-batch update",
+    "07_accumulation_in_practice.ipynb": ("ckpt-time", [
+        ("07: an update with activation checkpointing takes longer than the full-batch update",
          "seconds['checkpoint'] > seconds['full batch']"),
     ]),
 }

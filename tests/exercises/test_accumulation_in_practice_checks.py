@@ -1,4 +1,4 @@
-"""Notebook 08's exercise checks (accumulation in practice) against answers a learner could plausibly write.
+"""Notebook 07's exercise checks (accumulation in practice) against answers a learner could plausibly write.
 
 For each exercise: wrong answers that must not pass and must get a hint naming their mistake; right answers
 written differently from the worked solution that must pass; odd answers that must not make a check raise.

@@ -1,4 +1,4 @@
-"""Notebook 07's exercise checks (beyond backward()) cannot be fooled, refuse no right answer and never raise.
+"""Notebook 08's exercise checks (beyond backward()) cannot be fooled, refuse no right answer and never raise.
 
 For each exercise: plausible wrong answers, each of which must fail with a hint naming its mistake;
 right answers written differently from the worked solution, which must pass; odd answers and
@@ -20,7 +20,7 @@ from torch import nn
 from autograd_lab.exercises import beyond_backward as ex
 
 REPO = Path(__file__).resolve().parents[2]
-NOTEBOOK = REPO / "notebooks" / "07_beyond_backward.ipynb"
+NOTEBOOK = REPO / "notebooks" / "08_beyond_backward.ipynb"
 
 
 def _hook_grad(*, hook=True, direct=True, x0=3.0):
@@ -345,7 +345,7 @@ def test_a_check_leaves_the_learners_random_stream_alone(check, answer):
 # =========================================================================== the worked solutions
 
 
-@pytest.mark.parametrize("name", ["07_hook_grad", "07_frozen_grads", "07_silu_backward"])
+@pytest.mark.parametrize("name", ["08_hook_grad", "08_frozen_grads", "08_silu_backward"])
 def test_the_worked_solutions_pass_their_checks(name):
     code = (REPO / "notebooks" / "solutions" / f"{name}.py").read_text()
     *body, last = code.strip().splitlines()

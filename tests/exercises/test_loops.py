@@ -1,4 +1,4 @@
-"""Watching a learner's loop (the observation that notebook 04's, 05's and 08's checks share): what
+"""Watching a learner's loop (the observation that notebook 04's, 05's and 07's checks share): what
 ``record_passes`` sees, and the hint a loop that does not accumulate gets."""
 
 import torch

@@ -1,6 +1,6 @@
-"""Notebook 08: the facts it states, re-derived here on cases of our own, and its script on two real processes.
+"""Notebook 07: the facts it states, re-derived here on cases of our own, and its script on two real processes.
 
-The two-process part runs the training script that notebooks/08_accumulation_in_practice.ipynb writes with its
+The two-process part runs the training script that notebooks/07_accumulation_in_practice.ipynb writes with its
 %%writefile cells, once, and checks what the ranks recorded against references computed here: the token-count
 divisor that gives the single-process gradient, the places where accelerate's accumulate() synchronizes, its
 division by k in a short last group, and its scheduler stepping once per process.
@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "08_accumulation_in_practice.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07_accumulation_in_practice.ipynb"
 SCRIPT_NAME = "train_accum.py"  # the script the notebook writes (the conftest's `script` fixture reads it)
 
 

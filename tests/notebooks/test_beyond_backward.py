@@ -1,4 +1,4 @@
-"""The facts notebook 07 (beyond backward()) relies on, re-derived here on other inputs and other functions,
+"""The facts notebook 08 (beyond backward()) relies on, re-derived here on other inputs and other functions,
 so that each general statement the notebook makes holds beyond the example it shows."""
 
 import warnings

@@ -158,7 +158,7 @@ def test_the_package_imports_quietly_and_lightly():
 
 
 def test_a_timing_prints_nothing_with_a_cuda_build_on_a_machine_without_cuda(tmp_path):
-    """03 and 08 time code with lab.time_call, whose torch.utils.benchmark pulls in cpp_extension. With a CUDA
+    """03 and 07 time code with lab.time_call, whose torch.utils.benchmark pulls in cpp_extension. With a CUDA
     build of torch (PyPI's default) and no CUDA runtime that import logs "No CUDA runtime is found"; the course
     keeps it quiet. Faked here: a CPU build told it was compiled for CUDA, with CUDA_HOME set."""
     code = (

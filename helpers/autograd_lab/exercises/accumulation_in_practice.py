@@ -1,4 +1,4 @@
-"""Checks for notebook 08, accumulation in practice.
+"""Checks for notebook 07, accumulation in practice.
 
 - ``check_updates_per_epoch(answer)``: how many optimizer (and scheduler) steps one epoch and three
   epochs take for 50 micro-batches and k = 8; groups never span an epoch's end.

@@ -1,4 +1,4 @@
-"""Answer checks for notebook 07, beyond backward().
+"""Answer checks for notebook 08, beyond backward().
 
 Exercises 1 and 2 show a snippet; its text lives here (the notebook's prompt shows the same
 lines, and a test keeps the two equal), and every reference answer comes from running it.

@@ -1,7 +1,7 @@
 """Watching a learner's training loop: how often it ran the model, on how much, and how many micro-batches
 each gradient computation went through.
 
-Three checks share it (notebooks 04, 05 and 08): a loop that computes the right gradient but does not
+Three checks share it (notebooks 04, 05 and 07): a loop that computes the right gradient but does not
 accumulate -- one forward pass over a whole group, or one ``backward()`` over the losses of several
 micro-batches, which keeps all their graphs alive -- must not pass. ``record_passes(model)`` watches the
 loop; ``pass_mistake`` and ``wide_pass_mistake`` turn what it saw into the hint.
@@ -118,7 +118,7 @@ def pass_mistake(setting: str, log, *, micro_batches: int, largest: int, forward
     ``log``: the ``PassLog`` of one epoch (``record_passes``); ``micro_batches``: how many the epoch had;
     ``largest``: the most samples a micro-batch holds; ``forwards``: the forward passes with gradients that
     epoch; ``loss_sizes``: how many samples each loss call compared, when the loss was watched (None if not).
-    Notebooks 04's and 08's loop checks use it.
+    Notebooks 04's and 07's loop checks use it.
     """
     sizes = log.forward_sizes
     if sizes and max(sizes) > largest:

@@ -1,4 +1,4 @@
-# Worked solution to notebook 07, exercise 3: write a backward
+# Worked solution to notebook 08, exercise 3: write a backward
 # y = x * s with s = sigmoid(x). The product rule gives dy/dx = s + x * s', and sigmoid's derivative is
 # s' = s * (1 - s). backward receives grad_output = dL/dy and returns dL/dx = grad_output * dy/dx.
 class SiLU(torch.autograd.Function):

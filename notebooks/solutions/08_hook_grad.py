@@ -1,4 +1,4 @@
-# Worked solution to notebook 07, exercise 1: a hook that doubles a gradient
+# Worked solution to notebook 08, exercise 1: a hook that doubles a gradient
 # Follow the gradient backward from z = 5 * y + x. Two paths lead to x:
 # - through y: dz/dy = 5 arrives at y, the hook returns twice that (10), and the chain rule carries the
 #   doubled gradient on to x, times dy/dx = 2x = 6: 60;

@@ -1,4 +1,4 @@
-# Worked solution to notebook 07, exercise 2: which parameters get a .grad?
+# Worked solution to notebook 08, exercise 2: which parameters get a .grad?
 # - 0.weight and 0.bias require grad, but the first layer ran inside torch.no_grad(): nothing recorded
 #   what they did, so backward has no path to them and their .grad stays None;
 # - 2.bias was frozen with requires_grad_(False): backward skips it;

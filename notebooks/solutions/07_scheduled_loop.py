@@ -1,4 +1,4 @@
-# Worked solution to notebook 08, exercise 2: fix the schedule
+# Worked solution to notebook 07, exercise 2: fix the schedule
 # The schedule counts updates, so scheduler.step() moves inside the branch that steps the optimizer, right after
 # optimizer.step(): once per group of k, the shorter last group included, and never before the first update.
 def train_epoch(model, optimizer, scheduler, micro_batches, k):
