@@ -172,3 +172,41 @@ def test_links_to_course_map_and_between_notebooks_resolve(path):
         assert (path.parent / target).exists(), f"{path.name} links to {target}, which does not exist"
     if path.name != "00_start_here.ipynb":
         assert "00_start_here.ipynb" in text, f"{path.name}: link back to the course map"
+
+
+# What VS Code, Colab and GitHub show: every cell, collapsed or not. Read that way, a notebook holds only what
+# teaches: no assert (a fact worth guarding is a printed line nbval compares, or a test in tests/), and no word
+# about the course's own machinery.
+MACHINERY = re.compile(
+    r"\b(nbval|pytest|CI|make (?:bench|test|notebooks)|unit tests?|test suite|stored outputs?|TIMING_CLAIMS|"
+    r"hidden checks?|check cells?|regression checks?)\b|tests/"
+)
+
+
+def assert_lines(code: str) -> list:
+    """The line numbers of every assert statement in a cell, nested ones included (IPython magics skipped)."""
+    kept = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in code.splitlines())
+    try:
+        tree = ast.parse(kept)
+    except SyntaxError:
+        return [i + 1 for i, line in enumerate(code.splitlines()) if re.match(r"\s*assert\b", line)]
+    return sorted(node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assert))
+
+
+def test_assert_lines_finds_nested_asserts_and_skips_magics():
+    assert assert_lines("%load x.py\nfor i in range(2):\n    assert i < 2\nx = 'assert'") == [3]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_read_as_plain_cells_nothing_is_there_only_for_the_tests(path):
+    problems = []
+    for cell in cells(path):
+        where = f"cell {cell.get('id')!r}"
+        text = source(cell)
+        if "check" in tags(cell):
+            problems.append(f"{where}: a cell tagged check (collapsed cells show in VS Code, Colab and GitHub)")
+        if cell["cell_type"] == "code" and assert_lines(text):
+            problems.append(f"{where}: assert on line(s) {assert_lines(text)}")
+        for match in MACHINERY.finditer(text):
+            problems.append(f"{where}: names the course's machinery ({match.group(0)!r})")
+    assert not problems, f"{path.name}:\n  " + "\n  ".join(problems[:40])
