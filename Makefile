@@ -22,13 +22,14 @@ LEARNER := $(VENV)/.installed-learner
 TESTER  := $(VENV)/.installed-test
 PIP     := $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
 
-.PHONY: chromium hub test-hub lab test test-fast test-browser test-pythons notebooks setup setup-test graphviz bench lock clean help \
+.PHONY: chromium hub test-hub lab test test-fast test-browser test-package test-pythons notebooks setup setup-test graphviz bench lock clean help \
         student handouts python-check
 
 help:
-	@echo "make lab           set up (venv, packages, Graphviz) and open JupyterLab on the course map"
+	@echo "make lab           set up (venv, packages, Graphviz), make/update your copy in my-course/, open JupyterLab on it"
 	@echo "make test          set up, then every test: unit tests, nbval on every notebook, browser tests"
 	@echo "make test-fast     the unit tests and nbval without the slow tests (no browser tests)"
+	@echo "make test-package  build the wheel, install it beside torch in a fresh venv, run a notebook of its copy"
 	@echo "make notebooks     re-execute every notebook in a fresh kernel and save it"
 	@echo "make bench         measure notebook cost, widget latency and the course's figures at scale"
 	@echo "make test-pythons  the non-browser suite on every other supported Python found here (3.10, 3.12, 3.13)"
@@ -77,11 +78,11 @@ setup-test: $(TESTER) graphviz
 graphviz: $(LEARNER)
 	@$(PY) -m tools graphviz
 
-# JupyterLab refuses to run as root unless told; containers and CI often are root.
-ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
-
+# The learner works in their own copy (COURSE, ignored by git): outputs cleared, solutions beside it. Run
+# again, it adds what is new and never overwrites a notebook they changed (helpers/autograd_lab/course.py).
+COURSE ?= my-course
 lab: setup
-	$(BIN)/jupyter lab --port $(PORT) $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_start_here.ipynb
+	$(PY) -m autograd_lab $(COURSE) --port $(PORT) -- $(LAB_ARGS)
 
 chromium:
 	@$(PY) -m tools chromium
@@ -96,6 +97,10 @@ test-fast: setup-test
 
 test-browser: setup-test chromium
 	$(PY) -m pytest -m browser tests
+
+# The wheel, installed into a fresh venv that has only torch, makes a copy and runs a notebook (a few minutes).
+test-package: setup-test
+	$(PY) -m pytest -m package -n 0 tests
 
 notebooks: setup-test
 	$(PY) -m tools notebooks $(or $(NB),notebooks/*.ipynb)
