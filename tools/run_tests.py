@@ -11,8 +11,9 @@ them one after the other (for a slow machine, or to read the browser tests' outp
 (``make test-fast``) runs the rest without its slow tests, and no browser tests.
 
 What each suite selects (pytest -m), with one home here:
-  REST  everything but the browser tests, the class on JupyterHub (``make test-hub``) and the nbgrader
-        round trips that only ``make test-hub`` runs (mark ``autograde``)
+  REST  everything but the browser tests, the class on JupyterHub (``make test-hub``), the nbgrader
+        round trips that only ``make test-hub`` runs (mark ``autograde``) and the wheel's test in a fresh
+        environment (mark ``package``, ``make test-package``)
   FAST  REST without the tests marked ``slow``
 """
 
@@ -29,7 +30,7 @@ from autograd_lab import processes  # the standard library only: no torch for th
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "test-artifacts" / "browser-tests.log"
-REST = "not browser and not hub and not autograde"
+REST = "not browser and not hub and not autograde and not package"
 FAST = f"{REST} and not slow"
 
 

@@ -28,7 +28,7 @@ def test_the_verdict_needs_both_suites(tmp_path, monkeypatch, capfd, rest_code, 
     assert ("unit tests and nbval passed" if rest_code == 0 else "unit tests and nbval FAILED") in out
 
 
-MARKS = ("browser", "hub", "autograde", "slow")
+MARKS = ("browser", "hub", "autograde", "package", "slow")
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["make test", "make test-fast"])
