@@ -6,11 +6,12 @@ student would. Every cell before the first exercise's autograder cell runs witho
 fails with the check's own instruction ("Your turn: replace the ... with ..."), and Run All stops
 there, as it does at any failing cell. (tests/tools/test_autograde.py runs releases to the end with nbgrader.)
 
-A learner of the course itself reveals a worked solution as the reveal cell under each exercise says. The
-same notebook is run whole: the answer cell shows "Your turn" and nothing shows a solution. Then, with real
-key presses, the "# " before ``%load`` in the first reveal cell is deleted and the cell run (Shift+Enter):
-JupyterLab replaces the cell's content with the solution file (IPython's ``%load`` asks the front end to)
-and leaves the answer cell above as it was. Run again, the solution's own check says "Correct".
+A learner of the course itself reveals a worked solution as the reveal cell under each exercise says
+(``reveal_solution``, used on the learner's copy too: test_learner_copy.py). The same notebook is run whole:
+the answer cell shows "Your turn" and nothing shows a solution. Then, with real key presses, the "# " before
+``%load`` in the first reveal cell is deleted and the cell run (Shift+Enter): JupyterLab replaces the cell's
+content with the solution file (IPython's ``%load`` asks the front end to) and leaves the answer cell above as
+it was. Run again, the solution's own check says "Correct".
 """
 
 from __future__ import annotations
@@ -85,10 +86,16 @@ def uncomment_last_line(keyboard):
 
 def test_reveal_cell_loads_the_solution_and_its_check_passes(lab):
     path, first = first_exercise()
-    reveal_id = f"{first.solution_id}-reveal"
     lab.open(path.relative_to(REPO).as_posix())
     lab.js("() => window.alTest.startRun()")
     lab.wait("() => window.alTest.finished()", timeout_s=RUN_TIMEOUT, what="Restart Kernel and Run All Cells")
+    reveal_solution(lab, first)
+
+
+def reveal_solution(lab, first):
+    """In the open notebook, after Run All: the exercise's reveal cell, used as its instruction says with real
+    key presses, loads the worked solution (from solutions/ beside the notebook); run, its check says "Correct"."""
+    reveal_id = f"{first.solution_id}-reveal"
     answer = lab.js("(id) => window.alTest.cell(id)", first.solution_id)
     assert lab.js("(id) => window.alTest.outputText(id)", first.solution_id).startswith("Your turn")
     reveal = lab.js("(id) => window.alTest.cell(id)", reveal_id)
