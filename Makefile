@@ -23,6 +23,7 @@ TESTER  := $(VENV)/.installed-test
 PIP     := $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
 
 .PHONY: chromium hub test-hub lab test test-fast test-browser test-package test-pythons notebooks setup setup-test graphviz bench lock clean help \
+        soak \
         student handouts python-check
 
 help:
@@ -32,6 +33,8 @@ help:
 	@echo "make test-package  build the wheel, install it beside torch in a fresh venv, run a notebook of its copy"
 	@echo "make notebooks     re-execute every notebook in a fresh kernel and save it"
 	@echo "make bench         measure notebook cost, widget latency and the course's figures at scale"
+	@echo "make soak          every notebook by nbconvert and papermill, many runs in a row on a busy machine"
+	@echo "                   (long; SOAK_OPTS=--short is CI's version, SOAK_OPTS=--help the options)"
 	@echo "make test-pythons  the non-browser suite on every other supported Python found here (3.10, 3.12, 3.13)"
 	@echo "make hub           a class on JupyterHub on this machine (loopback; tools/hub/README.md)"
 	@echo "make test-hub      the whole nbgrader assignment flow on JupyterHub, two students in headless Chromium,"
@@ -117,6 +120,11 @@ test-hub: $(HUB_INSTALLED) graphviz chromium
 
 bench: setup-test
 	$(PY) -m tools bench
+
+# Headless runs with the ecosystem's tools and their defaults, the machine kept busy (tools/soak.py).
+SOAK_OPTS ?=
+soak: setup-test graphviz
+	$(PY) -m tools soak $(SOAK_OPTS)
 
 # The classroom kit (tools/classroom/; README > Teaching with this course). Build outputs only, in build/.
 NEEDS_NBGRADER = @$(PY) -c "import nbgrader" 2>/dev/null || { echo "make $@: the classroom kit needs nbgrader, \

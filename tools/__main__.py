@@ -8,6 +8,7 @@ import sys
 COMMANDS = {  # command: (module, what it does)
     "notebooks": ("execute_notebooks", "re-execute notebooks in a fresh kernel and save them (make notebooks)"),
     "bench": ("bench", "notebook cost, widget latency and the course's figures at scale (make bench)"),
+    "soak": ("soak", "every notebook by nbconvert and papermill, many runs on a busy machine (make soak)"),
     "minutes": ("minutes", "how long each notebook takes to work through, by the course's counting rule"),
     "classroom": ("classroom", "slides metadata, student release, handouts, nbgrader (make student, make handouts)"),
     "lock": ("lock", "print the lock for every supported Python (make lock)"),

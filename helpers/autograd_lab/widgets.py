@@ -11,6 +11,18 @@ message naming the parameter, sliders that update on release, a tuple result
 shown item by item, an error shown inside the panel (which stays usable), and
 a line saying how long the update took.
 
+The panel's output is *set*, never captured: each update collects what ``fn``
+prints and displays, in order, and assigns it to the Output widget's ``outputs``
+at once (what ipywidgets' ``append_stdout`` does), where ``interactive`` would
+run ``fn`` inside ``with out:``. nbclient (under ``jupyter nbconvert --execute``
+and papermill) mirrors each *captured* output back to the kernel, sending on the
+shell channel while it waits there for the cell's reply -- through a blocking
+shadow of its asyncio socket (jupyter_client's ``Session.send``). That send makes
+libzmq drain the socket's edge-triggered wake-up signal; if the reply has just
+arrived, nothing wakes the waiting poll, and with nbclient's default (no cell
+timeout) the run waits for ever (jupyter/nbclient#312). Set outputs are never
+mirrored: a headless run of a ``live()`` cell sends nothing on the shell channel.
+
 ``run_button(start, on_done)`` runs a slow ``start()`` (a torchrun of notebook 06) in a thread of its own
 with a progress bar, and hands its result to ``on_done``; an error shows beside the button.
 
@@ -21,9 +33,11 @@ keyword name and carries the class ``al-control``; the panel carries the class
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import inspect
+import io
 import math
 import sys
 import threading
@@ -31,7 +45,10 @@ import time
 import traceback
 
 import ipywidgets as W
+from IPython import get_ipython
+from IPython.core.displaypub import DisplayPublisher
 from IPython.display import display
+from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
 
 from .arguments import check_seconds, is_number
 from .distributed import DistributedRunError
@@ -146,6 +163,70 @@ def _shown(fn, name: str, status: W.HTML):
     return call
 
 
+class _Publisher(DisplayPublisher):
+    """IPython's ``display()`` during a panel update: each display becomes one output in ``outputs``."""
+
+    def __init__(self, outputs: list):
+        super().__init__()
+        self.outputs = outputs
+
+    def publish(self, data, metadata=None, *args, **kwargs):
+        self.outputs.append({"output_type": "display_data", "data": data, "metadata": metadata or {}})
+
+    def clear_output(self, wait=False):
+        self.outputs.clear()
+
+
+class _Stream(io.TextIOBase):
+    """``sys.stdout`` or ``sys.stderr`` during a panel update: text joins the last output if it is the same stream."""
+
+    def __init__(self, outputs: list, name: str):
+        self._outputs, self._name = outputs, name
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        last = self._outputs[-1] if self._outputs else {}
+        if last.get("output_type") == "stream" and last["name"] == self._name:
+            last["text"] += text
+        else:
+            self._outputs.append({"output_type": "stream", "name": self._name, "text": text})
+        return len(text)
+
+
+@contextlib.contextmanager
+def _collected():
+    """Collect, in order, what the block prints and displays, as the outputs an Output widget holds."""
+    outputs = []
+    shell = get_ipython()  # None outside IPython: display() then prints, and the stream collects it
+    saved = shell.display_pub if shell is not None else None
+    if shell is not None:
+        shell.display_pub = _Publisher(outputs)
+    try:
+        with contextlib.redirect_stdout(_Stream(outputs, "stdout")), \
+                contextlib.redirect_stderr(_Stream(outputs, "stderr")):
+            yield outputs
+    finally:
+        if shell is not None:
+            shell.display_pub = saved
+
+
+class interactive(W.interactive):  # noqa: N801 -- ipywidgets' name: the panel's text form stays interactive(...)
+    """ipywidgets' ``interactive``, whose update sets its Output widget's outputs instead of capturing them."""
+
+    def update(self, *args):
+        self.kwargs = {w._kwarg: w.get_interact_value() for w in self.kwargs_widgets}
+        show_inline_matplotlib_plots()  # figures the cell drew before the panel stay in the cell
+        with _collected() as outputs:
+            try:
+                self.result = self.f(**self.kwargs)
+                show_inline_matplotlib_plots()
+            except Exception:  # noqa: BLE001 -- shown in the panel, as interactive shows it
+                traceback.print_exc()
+        self.out.outputs = tuple(outputs)
+
+
 def live(fn, **controls):
     """A panel of controls driving ``fn``: every change re-runs ``fn(**values)`` and shows its result.
 
@@ -163,7 +244,7 @@ def live(fn, **controls):
     status = W.HTML(value="")
     status.add_class("al-status")
     call = _shown(fn, name, status)
-    panel = W.interactive(call, **widgets)
+    panel = interactive(call, **widgets)
     panel.out.add_class("al-output")
     panel.children = [W.HBox(list(widgets.values()), layout=W.Layout(flex_flow="row wrap")), panel.out, status]
     panel.add_class("al-live")

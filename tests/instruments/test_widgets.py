@@ -1,9 +1,11 @@
 """The widgets: live() controls that call a plain function, start at its defaults and show what it returns; and
 the button that runs a slow start() in the background and hands its result on."""
 
+import sys
 import time
 
 import ipywidgets as W
+import nbformat
 import pytest
 
 from autograd_lab import DistributedRunError, live, run_button
@@ -94,6 +96,58 @@ def test_refresh_reruns_the_function():
     panel = live(lambda n=1: calls.append(n), n=(1, 3))
     panel.refresh()
     assert calls == [1, 1]
+
+
+def test_the_panel_sets_its_outputs_in_order_and_never_captures():
+    def fn(n=1):
+        print("first", n)
+        print("second")
+        print("to stderr", file=sys.stderr)
+        return n * 10
+
+    panel = live(fn, n=(1, 3))
+    texts = [(o["output_type"], o.get("name"), o.get("text")) for o in panel.output.outputs]
+    assert texts[:2] == [("stream", "stdout", "first 1\nsecond\n"), ("stream", "stderr", "to stderr\n")]
+    assert len(panel.output.outputs) == 3  # the result, displayed (outside IPython display() prints it)
+    assert panel.output.msg_id == ""  # nothing was routed through Output-widget capture
+    panel.controls["n"].value = 2
+    assert panel.output.outputs[0]["text"].startswith("first 2")
+
+
+def test_an_error_lands_in_the_panels_outputs_as_stderr():
+    def fn(n=1):
+        raise ValueError("no good")
+
+    panel = live(fn, n=(1, 3))
+    (out,) = panel.output.outputs
+    assert out["name"] == "stderr" and "ValueError: no good" in out["text"]
+
+
+LIVE_CELL = """from autograd_lab import live
+
+def f(n=2):
+    print("n =", n)
+    return n * 10
+
+live(f, n=(1, 3))"""
+
+
+@pytest.mark.slow
+def test_a_headless_run_sends_nothing_on_the_shell_channel(monkeypatch):
+    """nbclient with its defaults (what nbconvert and papermill run): its Output-widget mimic has nothing to
+    mirror back to the kernel, so it never sends on the shell channel while it waits for a reply (nbclient#312)."""
+    from nbclient import NotebookClient, output_widget
+
+    sends = []
+    real = output_widget.OutputWidget._publish_msg
+    monkeypatch.setattr(output_widget.OutputWidget, "_publish_msg",
+                        lambda self, *a, **k: (sends.append(a), real(self, *a, **k)))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LIVE_CELL)])
+    NotebookClient(nb, kernel_name="python3").execute()
+    assert sends == []
+    state = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
+    (outputs,) = [m["state"]["outputs"] for m in state.values() if m["model_name"] == "OutputModel"]
+    assert outputs[0]["text"] == "n = 2\n" and outputs[1]["data"]["text/plain"] == "20"
 
 
 # --------------------------------------------------------------------------- the button for a slow run
