@@ -27,7 +27,8 @@ import torch
 
 from . import processes
 
-__all__ = ["Engine", "choose_device", "environment_report", "find_engine", "graphviz_check", "graphviz_install_hint"]
+__all__ = ["Engine", "choose_device", "environment_report", "find_engine", "graphviz_check", "graphviz_install_hint",
+           "pure_engine"]
 
 DOT_CHECK_TIMEOUT_S = 10.0  # how long the check waits for the engine to answer (a healthy one answers at once)
 
@@ -136,6 +137,12 @@ def _pure_missing() -> str:
     return "graphviz-pure, the course's layout engine, is not installed in this Python"
 
 
+def pure_engine() -> Engine | None:
+    """graphviz-pure as pip installed it for this Python (else a ``graphviz-pure`` on PATH), whatever the setting."""
+    program = _installed_pure() or shutil.which(PURE)
+    return Engine(program, PURE, pure=True) if program is not None else None
+
+
 def find_engine() -> tuple[Engine | None, str | None]:
     """``(engine, None)``: the program that lays graphs out here; or ``(None, problem)``, a sentence.
 
@@ -149,9 +156,9 @@ def find_engine() -> tuple[Engine | None, str | None]:
             return None, (f"{ENGINE_SETTING}={wanted} selects a program that was not found (on PATH, or at that "
                           f"path). Unset {ENGINE_SETTING} to draw with graphviz-pure, installed with the course.")
         return Engine(program, Path(wanted).stem, pure=False), None
-    program = _installed_pure() or shutil.which(PURE)
-    if program is not None:
-        return Engine(program, PURE, pure=True), None
+    engine = pure_engine()
+    if engine is not None:
+        return engine, None
     dot = shutil.which("dot")
     if dot is not None:
         return Engine(dot, "dot", pure=False, note=f"{_pure_missing()}: the system's Graphviz draws instead"), None

@@ -73,10 +73,23 @@ _SVG_COMMENT = re.compile(r"<!--.*?-->\n?", re.S)
 DOT_MIME = "text/vnd.graphviz"  # the graph's DOT source, beside its SVG: what any engine lays out
 
 
-def svg_of(source: str, layout: str = "dot") -> str:
-    """SVG of DOT ``source``, laid out by the course's engine under its time limit, without the comments in
-    which Graphviz writes its version and each node's name."""
-    return _SVG_COMMENT.sub("", run_dot(source, DOT_TIMEOUT_S, layout))
+# A generic font family has no metrics in graphviz-pure, which measures text without the system's fonts: it
+# falls back to Times', too narrow for torchviz's monospace labels, which then overflow their boxes. Graphviz's
+# PostScript names have metrics in both engines, and the SVG names the family after them ("Courier,monospace").
+GENERIC_FONTS = {"monospace": "Courier", "sans-serif": "Helvetica", "serif": "Times"}
+_GENERIC_FONT = re.compile(r'fontname=("?)(monospace|sans-serif|serif)\1(?=[\s,;\]])')
+
+
+def measurable_fonts(source: str) -> str:
+    """DOT ``source`` with each generic font family (``fontname=monospace``) named as Graphviz measures it."""
+    return _GENERIC_FONT.sub(lambda m: f'fontname="{GENERIC_FONTS[m[2]]}"', source)
+
+
+def svg_of(source: str, layout: str = "dot", engine=None) -> str:
+    """SVG of DOT ``source``, laid out under the time limit by the course's engine (or ``engine``, an
+    :class:`~autograd_lab.env.Engine`), its fonts measurable, without the comments in which Graphviz writes
+    its version and each node's name."""
+    return _SVG_COMMENT.sub("", run_dot(measurable_fonts(source), DOT_TIMEOUT_S, layout, engine))
 
 
 def _bundle(source: str, text: str, layout: str = "dot") -> dict:

@@ -188,6 +188,42 @@ def test_missing_engine_shows_install_hint_and_text_chain_without_traceback(tmp_
     assert "SVG: No layout engine was found, so this graph cannot be drawn" in done.stdout
 
 
+def test_torchviz_graphs_are_pictures_without_a_system_graphviz_once_the_course_is_imported(tmp_path):
+    # The graphviz package runs a program called `dot`; in a notebook that imported autograd_lab its graphs
+    # (torchviz.make_dot's, and any other Digraph, Graph or Source) are laid out by the course's engine.
+    env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_LAB_DOT"}
+    env["PATH"] = str(tmp_path)
+    code = textwrap.dedent(
+        """
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance()       # a kernel's shell exists before the notebook's first import
+        import graphviz, torch, torchviz
+        import autograd_lab
+        w = torch.tensor([1.0, 2.0], requires_grad=True)
+        for g in (torchviz.make_dot((w * 3).sum(), params={"w": w}), graphviz.Graph(body=["a -- b"]),
+                  graphviz.Source("digraph { x -> y }", engine="neato")):
+            data, _ = shell.display_formatter.format(g)
+            print(type(g).__name__, sorted(data), data.get("image/svg+xml", "")[:4])
+        """
+    )
+    done = run_python(code, env=env)
+    assert done.returncode == 0, done.stderr
+    for kind in ("Digraph", "Graph", "Source"):
+        assert f"{kind} ['image/svg+xml', 'text/plain', 'text/vnd.graphviz'] <?xm" in done.stdout, done.stdout
+
+
+def test_torchviz_monospace_labels_are_measured_as_courier():
+    # graphviz-pure has no metrics for a generic family: measured as Times, torchviz's labels would overflow
+    import torchviz
+
+    from autograd_lab import stable_ids
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    graph = stable_ids(torchviz.make_dot((x * 2).sum(), params={"x": x}, show_attrs=True))
+    assert "fontname=monospace" in graph.source
+    assert 'font-family="Courier,monospace"' in graph.svg() and 'font-family="monospace"' not in graph.svg()
+
+
 def test_install_hint_puts_this_platform_first(monkeypatch):
     monkeypatch.delenv("CONDA_PREFIX", raising=False)
     monkeypatch.setattr(sys, "platform", "darwin")
