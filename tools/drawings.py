@@ -215,11 +215,14 @@ def architecture_drawings(names=None) -> dict[str, str]:
     return found
 
 
+TIMEOUT_S = 120.0  # a layout may take this long here (a busy machine, the whole drawing of a big model)
+
+
 def render(sources: dict[str, str], engine=None) -> dict[str, str]:
     """{key: SVG} of {key: DOT}, each laid out as the course lays it out (by ``engine``: None, the course's)."""
     from autograd_lab.graph import svg_of
 
-    return {key: svg_of(dot, engine=engine) for key, dot in sources.items()}
+    return {key: svg_of(dot, engine=engine, timeout=TIMEOUT_S) for key, dot in sources.items()}
 
 
 def main(argv=None) -> int:

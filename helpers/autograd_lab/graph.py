@@ -85,11 +85,11 @@ def measurable_fonts(source: str) -> str:
     return _GENERIC_FONT.sub(lambda m: f'fontname="{GENERIC_FONTS[m[2]]}"', source)
 
 
-def svg_of(source: str, layout: str = "dot", engine=None) -> str:
-    """SVG of DOT ``source``, laid out under the time limit by the course's engine (or ``engine``, an
+def svg_of(source: str, layout: str = "dot", engine=None, timeout: float = DOT_TIMEOUT_S) -> str:
+    """SVG of DOT ``source``, laid out within ``timeout`` by the course's engine (or ``engine``, an
     :class:`~autograd_lab.env.Engine`), its fonts measurable, without the comments in which Graphviz writes
     its version and each node's name."""
-    return _SVG_COMMENT.sub("", run_dot(measurable_fonts(source), DOT_TIMEOUT_S, layout, engine))
+    return _SVG_COMMENT.sub("", run_dot(measurable_fonts(source), timeout, layout, engine))
 
 
 def _bundle(source: str, text: str, layout: str = "dot") -> dict:
