@@ -1,12 +1,15 @@
 """Project-wide pytest settings for nbval (the flags themselves are in pyproject.toml).
 
-What nbval compares in a graph: its structure. A graph cell's output carries
-two forms: SVG for the eye and, as text/plain, the graph's labels and edges.
-The SVG's layout coordinates change between Graphviz releases (Debian's 2.43
-against conda-forge's 12.x), so a course checked on another Graphviz would fail
-for no fault of its own; the text form is the same under every release and is
-compared. That the SVG itself is byte-for-byte stable is tested separately
-(tests/instruments/test_graph.py).
+What nbval compares in a graph: everything. A graph cell's output carries three
+forms: the SVG for the eye, its DOT source (text/vnd.graphviz) and, as
+text/plain, its labels and edges. The course lays graphs out with graphviz-pure,
+which pip installs at the lock's version and which writes the same bytes on every
+platform, so the stored SVG is compared too: a drawing that changes fails. Only
+where another engine draws (AUTOGRAD_LAB_DOT=dot, a platform without a
+graphviz-pure wheel, or a graphviz-pure other than the lock's) is the SVG left
+out, since its coordinates are that engine's own; the DOT and the text are still
+compared, and pytest says why after collecting (tests/instruments/test_engines.py checks
+that both engines draw the same graphs).
 
 One torch thread per process. In `make test` two xdist workers, their kernels and the browser suite share
 the machine's cores, and a process that runs torch on every core only makes its threads wait on the others'
@@ -18,6 +21,7 @@ here. A value set by the caller is kept.
 
 import os
 import re
+from functools import cache
 
 import pytest
 
@@ -26,7 +30,13 @@ try:
 except ImportError:  # nbval not installed: plain unit tests still run
     IPyNbFile = None
 
-NOT_COMPARED = ("image/svg+xml",)
+NOT_COMPARED: tuple = ()  # what nbval never compares here; the SVG joins it where another engine draws (below)
+SVG = "image/svg+xml"
+# Cells whose SVG is drawn to the scale of times measured as the notebook runs: it differs from run to run, so
+# only their text (the facts the drawing shows) is compared. {notebook: {cell id: what the drawing is}}
+MEASURED_DRAWINGS = {
+    "06_accumulation_across_processes.ipynb": {"twin-update": "a timeline of the ranks' measured update"},
+}
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before any test module imports torch (see above)
 
@@ -34,6 +44,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before any test module imports 
 # A test id must be the same in every process: pytest-xdist collects in each worker and refuses to run when
 # the lists differ. A memory address in an id (the repr of an object) differs from process to process.
 UNSTABLE_ID = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+@cache
+def svg_not_compared() -> str | None:
+    """Why this run cannot compare the stored SVG, or None (tools/drawings.py). Imports torch: notebooks only."""
+    try:
+        from tools.drawings import svg_not_compared as why
+    except ImportError:  # this settings file copied where the course's tools are not (a test of these settings)
+        return "the course's tools are not importable from here"
+    return why()
+
+
+def pytest_report_collectionfinish(config, items):
+    if IPyNbFile is not None and any(isinstance(item.parent, IPyNbFile) for item in items) and svg_not_compared():
+        return f"nbval: the graphs' SVG is not compared: {svg_not_compared()} (their DOT and text are)"
+    return None
 
 
 COLLECTED = pytest.StashKey[list]()  # every item, before pytest's last-failed filter (see --lf below)
@@ -49,10 +75,24 @@ def pytest_collection_modifyitems(session, config, items):
     config.stash[COLLECTED] = list(items)
     if IPyNbFile is None:
         return
+    notebooks = {id(item.parent): item.parent for item in items if isinstance(item.parent, IPyNbFile)}
+    skipped = NOT_COMPARED + ((SVG,) if notebooks and svg_not_compared() is not None else ())
+    for parent in notebooks.values():
+        parent.skip_compare = tuple(parent.skip_compare) + tuple(k for k in skipped if k not in parent.skip_compare)
     for item in items:
-        parent = getattr(item, "parent", None)
-        if isinstance(parent, IPyNbFile) and not set(NOT_COMPARED) <= set(parent.skip_compare):
-            parent.skip_compare = tuple(parent.skip_compare) + NOT_COMPARED
+        if isinstance(item.parent, IPyNbFile):
+            if item.cell.get("id") in MEASURED_DRAWINGS.get(item.parent.path.name, {}):
+                _compare_without_svg(item)
+
+
+def _compare_without_svg(item) -> None:
+    """nbval compares this cell's outputs without their SVG (MEASURED_DRAWINGS)."""
+    compare = item.compare_outputs
+
+    def without_svg(test, ref, skip_compare=None):
+        return compare(test, ref, tuple(skip_compare or item.parent.skip_compare) + (SVG,))
+
+    item.compare_outputs = without_svg
 
 
 # --lf reruns a failed notebook cell with the rest of its notebook. nbval runs a notebook's cells in order in one

@@ -12,7 +12,7 @@ COMMANDS = {  # command: (module, what it does)
     "minutes": ("minutes", "how long each notebook takes to work through, by the course's counting rule"),
     "classroom": ("classroom", "slides metadata, student release, handouts, nbgrader (make student, make handouts)"),
     "lock": ("lock", "print the lock for every supported Python (make lock)"),
-    "graphviz": ("ensure_graphviz", "make sure Graphviz's dot works: install it as root on Debian, else say how"),
+    "graphviz": ("ensure_graphviz", "is there a layout engine for the graphs? --system: a system dot (root on Debian)"),
     "chromium": ("ensure_chromium", "make sure the browser tests have a Chromium, the same way"),
     "lab-settings": ("lab_settings", "install the course's JupyterLab defaults into a virtual environment"),
     "test": ("run_tests", "the unit tests and nbval, with the browser tests beside them (make test)"),

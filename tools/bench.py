@@ -11,6 +11,9 @@ Parts (all by default; choose with --parts):
              process under it (workers, kernels, torchrun's agents and ranks)
   scale      looped against vectorized forward+backward up to N = 10^5; bytes saved for backward against k
              for a wide MLP; per-sample gradients, loop against torch.func.vmap. CPU, and CUDA when present.
+  drawing    every drawing of the course (the graphs the notebooks store, and drawings of real architectures:
+             tools/drawings.py) laid out by both engines, graphviz-pure and the system's Graphviz dot, side by
+             side: the median of --draw-runs layouts each, the engine's start included (what a learner waits for)
 
 Figures are printed as tables and written to bench-results/ as JSON, with the versions and the device.
 The targets (reported, never asserted) are the constants below; docs/performance.md states them, with the
@@ -47,6 +50,7 @@ WIDGET_P95_BUDGET_MS = 100.0
 # under it: workers, kernels, torchrun's agents and ranks) divided by the cores it runs on.
 NBVAL_WALL_TO_CPU_PER_CORE = 1.2
 NBVAL_WORKERS = 2  # as `make test` runs it (the Makefile's JOBS)
+DRAW_TIMEOUT_S = 120.0  # a layout may take this long here: the whole drawings of big models are timed too
 # The suite's own targets on 2 cores, not measured here: (what, target, how to measure it).
 SUITE_TARGETS = (
     ("`make test` from a fresh clone, set-up included", "at most 5 minutes", "`.ci/run` prints each stage's time"),
@@ -422,6 +426,68 @@ def bench_scale(results: dict, max_n: int, devices):
 
 
 # --------------------------------------------------------------------------------------------
+# drawing: both layout engines on the course's drawings
+
+
+def _draw_groups() -> dict[str, dict[str, str]]:
+    """{group: {drawing: DOT}}: one group per notebook, one per architecture."""
+    from tools import drawings
+
+    groups: dict[str, dict[str, str]] = {}
+    for key, stored in drawings.notebook_drawings().items():
+        groups.setdefault(key.split("::")[0].removesuffix(".ipynb"), {})[key] = stored["dot"]
+    for key, dot in drawings.architecture_drawings().items():
+        groups.setdefault(key.split(", ")[0], {})[key] = dot
+    return groups
+
+
+def _draw_engines() -> dict:
+    """{engine and version, e.g. "graphviz-pure 0.2.2": Engine, or None where it is not here}: graphviz-pure as
+    the course installs it, and the system's Graphviz dot on PATH (whatever AUTOGRAD_LAB_DOT says)."""
+    import shutil
+
+    from autograd_lab.env import PURE, Engine, graphviz_check, pure_engine
+
+    program = shutil.which("dot")
+    found = {}
+    for fallback, engine in ((PURE, pure_engine()), ("dot", Engine(program, "dot", pure=False) if program else None)):
+        name = graphviz_check(engine)[0] if engine else None
+        found[name or f"{fallback} (not here)"] = engine if name else None
+    return found
+
+
+def _draw_times(dot: str, engines: dict, runs: int) -> tuple[dict, int]:
+    """({engine: median seconds}, nodes) of one drawing; the engines take turns, so that a busy moment of the
+    machine falls on both."""
+    from autograd_lab.graph import svg_of
+    from tools.drawings import structure
+
+    times: dict = {name: [] for name, engine in engines.items() if engine}
+    nodes = 0
+    for _ in range(runs):
+        for name in times:
+            start = time.perf_counter()
+            svg = svg_of(dot, engine=engines[name], timeout=DRAW_TIMEOUT_S)
+            times[name].append(time.perf_counter() - start)
+            nodes = len(structure(svg)["nodes"])
+    return {name: statistics.median(t) for name, t in times.items()}, nodes
+
+
+def bench_drawing(results: dict, runs: int):
+    engines = _draw_engines()
+    rows = []
+    for group, sources in progress(_draw_groups().items(), desc="drawings (both engines)"):
+        row = {"drawings": group, "count": len(sources), "largest_nodes": 0, **{name: 0.0 for name in engines}}
+        for dot in sources.values():
+            medians, nodes = _draw_times(dot, engines, runs)
+            row["largest_nodes"] = max(row["largest_nodes"], nodes)
+            for name in engines:
+                row[name] = round(row[name] + medians[name] * 1e3, 1) if name in medians else None
+        rows.append(row)
+    results["drawing"] = {"engines": list(engines), "runs": runs, "rows": rows}
+
+
+# --------------------------------------------------------------------------------------------
 # report
 
 
@@ -449,6 +515,9 @@ def print_tables(results: dict):
     if "nbval" in results:
         table(f"nbval suite (target: wall <= {NBVAL_WALL_TO_CPU_PER_CORE}x CPU / cores)", [results["nbval"]],
               ["wall_s", "cpu_s", "cores", "ratio", "met", "passed", "summary"])
+    if "drawing" in results:
+        table("Drawings laid out by both engines (ms for the whole group, medians)", results["drawing"]["rows"],
+              ["drawings", "count", "largest_nodes", *results["drawing"]["engines"]])
     for dev, figs in results.get("scale", {}).items():
         table(f"Looped against vectorized forward+backward, MLP 16-32-1 [{dev}]", figs["loop_vs_vectorized"],
               ["N", "vectorized_ms", "looped_ms", "ratio", "extra_us_per_sample"])
@@ -493,7 +562,7 @@ def environment() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-PARTS = ("notebooks", "nbval", "scale")
+PARTS = ("notebooks", "nbval", "scale", "drawing")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -503,6 +572,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--widget-calls", type=int, default=20, help="timed calls per widget callback")
     parser.add_argument("--jobs", type=int, default=NBVAL_WORKERS, help="nbval's pytest-xdist workers")
     parser.add_argument("--max-n", type=int, default=100_000, help="largest N for looped against vectorized")
+    parser.add_argument("--draw-runs", type=int, default=3, help="layouts of each drawing by each engine (median)")
     parser.add_argument("--devices", default="auto", help="auto (cpu, and cuda when present), cpu, or cuda")
     parser.add_argument("--out", default=str(ROOT / "bench-results"), help="folder for the JSON results")
     parser.add_argument("--reference", action="store_true",
@@ -510,8 +580,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--page", action="store_true",
                         help="measure nothing: rewrite docs/performance.md from docs/bench/reference.json")
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.widget_calls < 1 or args.jobs < 1:
-        parser.error("--runs, --widget-calls and --jobs must be at least 1")
+    if args.runs < 1 or args.widget_calls < 1 or args.jobs < 1 or args.draw_runs < 1:
+        parser.error("--runs, --widget-calls, --jobs and --draw-runs must be at least 1")
     args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     unknown = args.parts - set(PARTS)
     if unknown:
@@ -536,7 +606,8 @@ def main(argv=None):
     else:
         devices = [torch.device(d) for d in args.devices.split(",")]
     results = {"environment": environment(),
-               "settings": {"runs": args.runs, "widget_calls": args.widget_calls, "max_n": args.max_n}}
+               "settings": {"runs": args.runs, "widget_calls": args.widget_calls, "max_n": args.max_n,
+                            "draw_runs": args.draw_runs}}
     start = time.perf_counter()
     if "notebooks" in args.parts:
         bench_notebooks(args.runs, args.widget_calls, results)
@@ -544,6 +615,8 @@ def main(argv=None):
         bench_nbval(results, args.jobs)
     if "scale" in args.parts:
         bench_scale(results, args.max_n, devices)
+    if "drawing" in args.parts:
+        bench_drawing(results, args.draw_runs)
     results["environment"]["total_s"] = round(time.perf_counter() - start, 1)
     print_tables(results)
     out = Path(args.out)

@@ -36,13 +36,18 @@ def _short(notebook: str) -> str:
     return notebook.removesuffix(".ipynb").replace("_", " ")
 
 
+def _engine(found: str) -> str:
+    """The engine a run drew with: "graphviz-pure 0.2.2"; a bare version is the system dot of older runs."""
+    return f"Graphviz dot {found}" if found[:1].isdigit() else found
+
+
 def environment(results: dict) -> str:
     env, settings = results["environment"], results["settings"]
     packages = ", ".join(f"{name} {version}" for name, version in env["packages"].items())
     lines = [
         f"- Machine: {env['machine']} ({env['cores']} usable), {env['system']}",
         f"- Devices: {', '.join(env['devices'])}; torch threads: {env['threads']}",
-        f"- Python {env['python']}, torch {env['torch']}, Graphviz {env['graphviz']}; {packages}",
+        f"- Python {env['python']}, torch {env['torch']}, graphs laid out by {_engine(env['graphviz'])}; {packages}",
         f"- Settings: {settings['runs']} fresh-kernel runs per notebook (medians), {settings['widget_calls']} "
         f"calls per widget, N up to {settings['max_n']:,}",
         f"- The whole run: {env['total_s']} s",
@@ -147,8 +152,28 @@ def scale(results: dict) -> str:
     return "\n\n".join(out)
 
 
+def drawing(results: dict) -> str:
+    part = results.get("drawing")
+    if not part:
+        return "Not measured in the reference run."
+    first, second = part["engines"]
+    rows = []
+    for row in part["rows"]:
+        a, b = row[first], row[second]
+        ratio = f"{a / b:.2f}" if a is not None and b else ""
+        rows.append([row["drawings"], row["count"], row["largest_nodes"], a, b, ratio])
+    text = table(["Drawings", "Count", "Largest (nodes)", f"{first} ms", f"{second} ms", "Ratio"], rows)
+    text += (f"\n\nEach time is the sum, over the group's drawings, of the median of {part['runs']} layouts, the "
+             "engine's start included; the engines took turns.")
+    apart = part.get("measured_apart")
+    if apart:  # this part was run on its own (--parts drawing) and added to the reference
+        text += (f" Measured apart from the rest of the reference run, on {apart['date'][:10]} ({apart['machine']}, "
+                 f"Python {apart['python']}, torch {apart['torch']}).")
+    return text
+
+
 BLOCKS = {"environment": environment, "targets": targets, "notebooks": notebooks, "widgets": widgets,
-          "claims": claims, "nbval": nbval, "scale": scale}
+          "claims": claims, "nbval": nbval, "scale": scale, "drawing": drawing}
 
 
 def render(page: str, results: dict) -> str:

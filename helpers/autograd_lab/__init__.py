@@ -7,11 +7,16 @@ the notebooks use to look at them. ``__all__`` is exactly what the notebooks imp
 
 Each name is imported from its module on first use, so that a tool or a guard process that needs one
 small module (``autograd_lab.processes``) starts without importing torch.
+
+Imported in a notebook, the package also has the notebook show the ``graphviz`` package's graphs
+(``torchviz.make_dot``'s) through the course's layout engine, as it shows its own drawings
+(:func:`autograd_lab.graph.graphviz_bundle`): ``graphviz`` itself runs a system ``dot`` by name.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 
 # name -> the module that holds it
 _HOMES = {
@@ -52,3 +57,28 @@ def __getattr__(name: str):
 
 def __dir__() -> list:
     return sorted(set(globals()) | set(__all__))
+
+
+# graphviz's classes that a notebook shows (torchviz.make_dot returns a Digraph), named so that registering
+# them imports neither graphviz nor torch; a subclass (the course's AutogradGraph) is shown by the same function.
+GRAPHVIZ_CLASSES = (("graphviz.graphs", "Graph"), ("graphviz.graphs", "Digraph"), ("graphviz.sources", "Source"))
+
+
+def _show_graphviz(graph) -> dict:
+    from .graph import graphviz_bundle
+
+    return graphviz_bundle(graph)
+
+
+def _register_graphviz_display() -> None:
+    """In IPython (a notebook's kernel), graphviz's graphs are shown by :func:`_show_graphviz`."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:  # a plain Python process: nothing is displayed
+        return
+    formatter = shell.display_formatter.mimebundle_formatter
+    for module, name in GRAPHVIZ_CLASSES:
+        formatter.for_type_by_name(module, name, _show_graphviz)
+
+
+_register_graphviz_display()

@@ -8,9 +8,11 @@ parameter names, leaf values, each leaf's ``.grad`` once backward has run.
 Everything here renders the one walk of :mod:`autograd_lab.graphmodel`. Node
 names are given in order of appearance (``n0``, ``n1``, ...) instead of
 torchviz's ``id()``-based names, so the same graph gives the same SVG bytes in any
-process, and nbval can compare graphs like any other output. A graph too big for
-Graphviz to lay out quickly is folded or summarised first (:mod:`autograd_lab.fold`),
-and ``dot`` itself runs under a time limit (:mod:`autograd_lab.layout`).
+process; laid out by graphviz-pure, the engine pip installs with the course, the same
+graph gives the same picture on every platform, and nbval compares graphs like any other
+output. A graph too big to lay out quickly is folded or summarised first
+(:mod:`autograd_lab.fold`), and the engine itself runs under a time limit
+(:mod:`autograd_lab.layout`).
 """
 
 from __future__ import annotations
@@ -68,13 +70,42 @@ def format_tensor(t, max_values: int = 6) -> str:
 
 
 _SVG_COMMENT = re.compile(r"<!--.*?-->\n?", re.S)
+DOT_MIME = "text/vnd.graphviz"  # the graph's DOT source, beside its SVG: what any engine lays out
+
+
+# A generic font family has no metrics in graphviz-pure, which measures text without the system's fonts: it
+# falls back to Times', too narrow for torchviz's monospace labels, which then overflow their boxes. Graphviz's
+# PostScript names have metrics in both engines, and the SVG names the family after them ("Courier,monospace").
+GENERIC_FONTS = {"monospace": "Courier", "sans-serif": "Helvetica", "serif": "Times"}
+_GENERIC_FONT = re.compile(r'fontname=("?)(monospace|sans-serif|serif)\1(?=[\s,;\]])')
+
+
+def measurable_fonts(source: str) -> str:
+    """DOT ``source`` with each generic font family (``fontname=monospace``) named as Graphviz measures it."""
+    return _GENERIC_FONT.sub(lambda m: f'fontname="{GENERIC_FONTS[m[2]]}"', source)
+
+
+def svg_of(source: str, layout: str = "dot", engine=None, timeout: float = DOT_TIMEOUT_S) -> str:
+    """SVG of DOT ``source``, laid out within ``timeout`` by the course's engine (or ``engine``, an
+    :class:`~autograd_lab.env.Engine`), its fonts measurable, without the comments in which Graphviz writes
+    its version and each node's name."""
+    return _SVG_COMMENT.sub("", run_dot(measurable_fonts(source), timeout, layout, engine))
+
+
+def _bundle(source: str, text: str, layout: str = "dot") -> dict:
+    """What a notebook stores of a graph: its picture, its text and its DOT; only the text, saying why, when
+    it cannot be laid out."""
+    try:
+        svg = svg_of(source, layout)
+    except (GraphvizMissing, GraphTooSlow) as err:  # no picture: say why, and show the graph as text
+        return {"text/plain": f"{err}\n\nThe same graph as text:\n{text}"}
+    return {"image/svg+xml": svg, "text/plain": text, DOT_MIME: source}
 
 
 class AutogradGraph(graphviz.Digraph):
-    """A ``graphviz.Digraph`` that shows itself as SVG in Jupyter, and as text without Graphviz.
+    """A ``graphviz.Digraph`` that shows itself as SVG in Jupyter, and as text without a layout engine.
 
-    ``text`` holds the graph's structure (its labels and edges): the part of a
-    graph that is the same under every Graphviz release, and what nbval compares.
+    ``text`` holds the graph's structure (its labels and edges), the same whichever engine lays it out.
     ``summary_only`` marks a graph too big to lay out: it shows as text only.
     """
 
@@ -82,21 +113,28 @@ class AutogradGraph(graphviz.Digraph):
     summary_only: bool = False
 
     def svg(self) -> str:
-        """The SVG, without the comments in which Graphviz writes its version (``dot`` runs time-bounded)."""
+        """The SVG, laid out by the course's engine (:mod:`autograd_lab.layout`), time-bounded."""
         if self.summary_only:
             raise GraphTooSlow(self.text)
-        return _SVG_COMMENT.sub("", run_dot(self.source, DOT_TIMEOUT_S))
+        return svg_of(self.source)
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         if self.summary_only:
             return {"text/plain": self.text}
-        try:
-            return {"image/svg+xml": self.svg(), "text/plain": self.text}
-        except (GraphvizMissing, GraphTooSlow) as err:  # no picture: say why, and show the graph as text
-            return {"text/plain": f"{err}\n\nThe same graph as text:\n{self.text}"}
+        return _bundle(self.source, self.text)
 
     def __repr__(self) -> str:
         return self.text or super().__repr__()
+
+
+def graphviz_bundle(graph) -> dict:
+    """How a notebook shows any ``graphviz`` graph (``torchviz.make_dot``'s): laid out by the course's engine,
+    like the course's own drawings. The ``graphviz`` package itself runs a program called ``dot``, which
+    graphviz-pure does not install; ``autograd_lab`` registers this function as the notebook's display of
+    graphviz's ``Graph``, ``Digraph`` and ``Source``."""
+    if isinstance(graph, AutogradGraph):
+        return graph._repr_mimebundle_()
+    return _bundle(graph.source, graph.source, getattr(graph, "engine", "dot"))
 
 
 _DOT_STATEMENT = re.compile(r"^(\s*)(\d+)(?: -> (\d+))?")  # "\tID [..." or "\tID -> ID [..." at the start of a line

@@ -1,71 +1,73 @@
-"""The layout engine under a time limit: Graphviz's ``dot``, and what a layout costs before it runs.
+"""The layout engine under a time limit, and what a layout costs before it runs.
 
-``run_dot`` runs ``dot`` as a program of its own process group with a timeout (:mod:`autograd_lab.processes`):
-a timeout or an interrupted kernel never leaves ``dot`` running. ``layout_cost`` and ``fits`` tell in
-advance whether ``dot`` will finish in time, from the two things its time grows with: the boxes to place,
-and the ranks that long edges cross. The second explodes where hundreds of paths of different lengths
-meet at one shared node (a looped loss, every sample's path ending at the weight ``w``): each crossing
-is a bend that the crossing minimisation must place.
+``run_dot`` lays DOT out with the engine :func:`autograd_lab.env.find_engine` picks (graphviz-pure, installed
+with the course, unless ``AUTOGRAD_LAB_DOT`` selects a system ``dot``), as a program of its own process group
+with a timeout (:mod:`autograd_lab.processes`): a timeout or an interrupted kernel never leaves it running.
+``layout_cost`` and ``fits`` tell in advance whether the layout will finish in time, from the two things its
+time grows with: the boxes to place, and the ranks that long edges cross. The second explodes where hundreds
+of paths of different lengths meet at one shared node (a looped loss, every sample's path ending at the
+weight ``w``): each crossing is a bend that the crossing minimisation must place.
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 from . import processes
-from .env import graphviz_install_hint
+from .env import Engine, engine_repair, find_engine
 from .graphmodel import Graph
 
 DOT_TIMEOUT_S = 6.0  # the longest a drawing may hold the kernel
-# Budgets that keep a layout far inside DOT_TIMEOUT_S, also on a slow core:
+# Budgets that keep a layout far inside DOT_TIMEOUT_S, with either engine, also on a slow core
+# (`make bench` times both engines on the course's drawings):
 MAX_NODES = 500  # boxes drawn (backward nodes and saved tensors)
 MAX_BENDS = 1200  # rank crossings of long edges, the cost that explodes at a shared leaf
+LAYOUTS = ("dot", "neato", "fdp", "sfdp", "circo", "twopi", "osage", "patchwork")  # Graphviz's -K, both engines
 
 __all__ = ["DOT_TIMEOUT_S", "GraphTooSlow", "GraphvizMissing", "fits", "install_hint", "layout_cost", "run_dot"]
 
 
 class GraphvizMissing(RuntimeError):
-    """Raised when a graph must be rendered and Graphviz's ``dot`` is absent or does not run."""
+    """Raised when a graph must be rendered and no layout engine is there, or it does not run."""
 
 
 class GraphTooSlow(RuntimeError):
-    """Raised when Graphviz cannot lay a graph out within the time limit."""
+    """Raised when the layout engine cannot lay a graph out within the time limit."""
 
 
-def install_hint(broken: str | None = None) -> str:
-    """What to do when ``dot`` is missing, or (``broken``: what it said) installed but failing."""
-    lines = graphviz_install_hint()
+def install_hint(broken: str | None = None, engine: Engine | None = None, problem: str | None = None) -> str:
+    """What to do when no engine is found (``problem``: why), or (``broken``: what it said) one fails."""
     if broken is not None:
         said = broken.strip().splitlines()[0] if broken.strip() else "(no message)"
-        return (
-            f"Graphviz's `dot` program is installed but does not run, so this graph cannot be drawn.\n"
-            f"It said: {said}\n"
-            "Reinstall (repair) it, then restart the kernel:\n" + lines
-        )
-    return (
-        "Graphviz's `dot` program was not found on PATH, so this graph cannot be drawn.\n"
-        "Install it, then restart the kernel:\n" + lines
-    )
+        who = f"The layout engine, {engine.name} ({engine.program}), is" if engine else "The layout engine is"
+        return (f"{who} installed but does not run, so this graph cannot be drawn.\n"
+                f"It said: {said}\nReinstall (repair) it. {engine_repair()}")
+    why = problem or find_engine()[1]
+    return f"No layout engine was found, so this graph cannot be drawn: {why}\n{engine_repair()}"
 
 
-def run_dot(source: str, timeout: float = DOT_TIMEOUT_S) -> str:
-    """SVG laid out by ``dot`` from DOT ``source``, in at most ``timeout`` seconds.
+def run_dot(source: str, timeout: float = DOT_TIMEOUT_S, layout: str = "dot", engine: Engine | None = None) -> str:
+    """SVG laid out from DOT ``source`` (with Graphviz's ``layout``, ``-K``), in at most ``timeout`` seconds, by
+    ``engine`` (None: the one :func:`~autograd_lab.env.find_engine` picks).
 
-    ``GraphvizMissing`` when ``dot`` is absent or broken (with the install or repair commands),
-    ``GraphTooSlow`` when it runs out of time. ``dot`` never outlives this call.
+    ``GraphvizMissing`` when no engine is there or it is broken (with what to install or repair),
+    ``GraphTooSlow`` when it runs out of time. The engine never outlives this call.
     """
-    exe = shutil.which("dot")
-    if exe is None:
-        raise GraphvizMissing(install_hint())
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)} (Graphviz's layout engines); got {layout!r}.")
+    if engine is None:
+        engine, problem = find_engine()
+        if engine is None:
+            raise GraphvizMissing(install_hint(problem=problem))
     try:
-        code, out, err = processes.run([exe, "-Kdot", "-Tsvg"], source.encode("utf-8"), timeout)
-    except OSError as err:  # on PATH but not executable, wrong architecture, ...
-        raise GraphvizMissing(install_hint(broken=str(err))) from None
+        code, out, err = processes.run([engine.program, f"-K{layout}", "-Tsvg"], source.encode("utf-8"), timeout)
+    except OSError as err:  # there but not executable, wrong architecture, ...
+        raise GraphvizMissing(install_hint(broken=str(err), engine=engine)) from None
     except subprocess.TimeoutExpired:
-        raise GraphTooSlow(f"Graphviz did not lay this graph out within {timeout:g} s, so it was stopped.") from None
+        raise GraphTooSlow(f"{engine.name} did not lay this graph out within {timeout:g} s, "
+                           "so it was stopped.") from None
     if code != 0:
-        raise GraphvizMissing(install_hint(broken=err.decode("utf-8", "replace")))
+        raise GraphvizMissing(install_hint(broken=err.decode("utf-8", "replace"), engine=engine))
     return out.decode("utf-8")
 
 

@@ -114,12 +114,13 @@ def test_held_bytes_repeats(repeats):
 # ------------------------------------------------------------------------------------------ env
 
 
-def fake_dot(folder, body: str):
-    """A `dot` program, first on PATH, that runs ``body`` (a shell script)."""
+def fake_dot(folder, body: str, monkeypatch):
+    """A `dot` program, first on PATH and selected as the engine (``AUTOGRAD_LAB_DOT=dot``), that runs ``body``."""
     dot = folder / "dot"
     dot.write_text("#!/bin/sh\n" + body)
     dot.chmod(dot.stat().st_mode | stat.S_IEXEC)
-    return str(folder) + os.pathsep + os.environ["PATH"]
+    monkeypatch.setenv("AUTOGRAD_LAB_DOT", "dot")
+    monkeypatch.setenv("PATH", str(folder) + os.pathsep + os.environ["PATH"])
 
 
 needs_sh = pytest.mark.skipif(os.name != "posix", reason="the fake dot is a shell script")
@@ -127,11 +128,11 @@ needs_sh = pytest.mark.skipif(os.name != "posix", reason="the fake dot is a shel
 
 @needs_sh
 def test_a_dot_that_cannot_load_its_libraries_reads_not_ready_with_the_repair(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", fake_dot(tmp_path, (
+    fake_dot(tmp_path, (
         'echo "dot: error while loading shared libraries: libgvc.so.6: cannot open shared object file" >&2\n'
-        "exit 127\n")))
+        "exit 127\n"), monkeypatch)
     report = env.environment_report()
-    assert report["ready"] is False and report["graphviz (dot)"] == "BROKEN"
+    assert report["ready"] is False and report["graphs drawn by"] == "BROKEN"
     assert "libgvc.so.6" in report["repair"] and "exited with 127" in report["repair"]
     assert env.graphviz_install_hint() in report["repair"]
     assert env.graphviz_check()[0] is None
@@ -139,16 +140,16 @@ def test_a_dot_that_cannot_load_its_libraries_reads_not_ready_with_the_repair(tm
 
 @needs_sh
 def test_a_dot_that_runs_but_cannot_draw_is_broken_too(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", fake_dot(tmp_path, (
+    fake_dot(tmp_path, (
         'if [ "$1" = "-V" ]; then echo "dot - graphviz version 9.0.0 (0)" >&2; exit 0; fi\n'
-        'echo "Format: \\"svg\\" not recognized. Use one of:" >&2; exit 1\n')))
+        'echo "Format: \\"svg\\" not recognized. Use one of:" >&2; exit 1\n'), monkeypatch)
     found, problem = env.graphviz_check()
     assert found is None and "9.0.0" in problem and "cannot draw" in problem and "not recognized" in problem
 
 
 @needs_sh
 def test_a_dot_that_hangs_is_given_up_on(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", fake_dot(tmp_path, "sleep 60\n"))  # sleep, a child, holds the output open
+    fake_dot(tmp_path, "sleep 60\n", monkeypatch)  # sleep, a child, holds the output open
     monkeypatch.setattr(env, "DOT_CHECK_TIMEOUT_S", 0.5)
     start = time.monotonic()
     found, problem = env.graphviz_check()
@@ -156,11 +157,24 @@ def test_a_dot_that_hangs_is_given_up_on(tmp_path, monkeypatch):
     assert time.monotonic() - start < 3
 
 
-def test_no_dot_at_all_reads_missing_with_the_repair(tmp_path, monkeypatch):
+def test_no_engine_at_all_reads_missing_with_the_repair(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("AUTOGRAD_LAB_DOT", raising=False)
+    monkeypatch.setattr(env, "_installed_pure", lambda: None)  # as where pip installed no graphviz-pure
     report = env.environment_report()
-    assert report["ready"] is False and report["graphviz (dot)"] == "MISSING"
-    assert "not on PATH" in report["repair"]
+    assert report["ready"] is False and report["graphs drawn by"] == "MISSING"
+    assert "graphviz-pure, the course's layout engine, is not installed" in report["repair"]
+    assert "no Graphviz `dot` program is on PATH either" in report["repair"]
+    assert "pip install graphviz-pure" in report["repair"] and env.graphviz_install_hint() in report["repair"]
+
+
+def test_a_setting_that_names_no_program_reads_missing_and_says_how_to_undo_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("AUTOGRAD_LAB_DOT", "dot")
+    report = env.environment_report()
+    assert report["ready"] is False and report["graphs drawn by"] == "MISSING"
+    assert "AUTOGRAD_LAB_DOT=dot selects a program that was not found" in report["repair"]
+    assert "Unset AUTOGRAD_LAB_DOT to draw with graphviz-pure" in report["repair"]
 
 
 def test_the_install_hint_lists_every_system_with_this_one_first(monkeypatch):

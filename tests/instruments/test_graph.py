@@ -52,7 +52,7 @@ def test_svg_is_byte_identical_across_processes():
 def test_svg_carries_no_graphviz_version_comment():
     _, loss = seed_example()
     svg = draw_graph(loss).svg()
-    assert "<!--" not in svg and "graphviz version" not in svg.lower()
+    assert "<!--" not in svg and "graphviz version" not in svg.lower() and "graphviz-pure" not in svg
 
 
 def test_node_names_follow_order_of_appearance_not_memory_addresses():
@@ -145,17 +145,31 @@ def test_bad_params_get_a_clear_message():
         draw_graph(loss, params={"w": 1.0})
 
 
-def test_missing_dot_shows_install_hint_and_text_chain_without_traceback(tmp_path):
-    # PATH holds only an empty folder: no `dot` anywhere. Display goes through IPython's real formatter.
-    env = dict(os.environ, PATH=str(tmp_path))
-    code = SEED_GRAPH.format(extra="") + textwrap.dedent(
+DISPLAY = """
+from IPython.core.interactiveshell import InteractiveShell
+data, _ = InteractiveShell.instance().display_formatter.format(g)
+print(sorted(data))
+print(data["text/plain"])
+"""
+
+
+def test_without_any_system_graphviz_the_graph_is_a_picture(tmp_path):
+    # PATH holds only an empty folder: no `dot` anywhere, as on a machine where nobody installed Graphviz.
+    # Display goes through IPython's real formatter.
+    env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_LAB_DOT"}
+    env["PATH"] = str(tmp_path)
+    code = SEED_GRAPH.format(extra="") + "import shutil\nassert shutil.which('dot') is None\n" + DISPLAY
+    done = run_python(code, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "'image/svg+xml'" in done.stdout and "'text/vnd.graphviz'" in done.stdout
+    assert "n0 MeanBackward0" in done.stdout
+
+
+def test_missing_engine_shows_install_hint_and_text_chain_without_traceback(tmp_path):
+    # The setting selects a system `dot`, and there is none: no picture, the graph as text and what to install.
+    env = dict(os.environ, PATH=str(tmp_path), AUTOGRAD_LAB_DOT="dot")
+    code = SEED_GRAPH.format(extra="") + DISPLAY + textwrap.dedent(
         """
-        import shutil
-        assert shutil.which("dot") is None
-        from IPython.core.interactiveshell import InteractiveShell
-        data, _ = InteractiveShell.instance().display_formatter.format(g)
-        assert "image/svg+xml" not in data, sorted(data)
-        print(data["text/plain"])
         from autograd_lab.layout import GraphvizMissing
         try:
             g.svg()
@@ -166,19 +180,58 @@ def test_missing_dot_shows_install_hint_and_text_chain_without_traceback(tmp_pat
     done = run_python(code, env=env)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
-    assert "`dot` program was not found" in done.stdout
+    assert "['text/plain']" in done.stdout
+    assert "AUTOGRAD_LAB_DOT=dot selects a program that was not found" in done.stdout
     assert "sudo apt-get install graphviz" in done.stdout and "brew install graphviz" in done.stdout
-    assert "conda install -c conda-forge graphviz" in done.stdout
+    assert "conda install -c conda-forge graphviz" in done.stdout and "pip install graphviz-pure" in done.stdout
     assert "n0 MeanBackward0" in done.stdout and "AccumulateGrad -> leaf w" in done.stdout
-    assert "SVG: Graphviz's `dot` program was not found" in done.stdout
+    assert "SVG: No layout engine was found, so this graph cannot be drawn" in done.stdout
+
+
+def test_torchviz_graphs_are_pictures_without_a_system_graphviz_once_the_course_is_imported(tmp_path):
+    # The graphviz package runs a program called `dot`; in a notebook that imported autograd_lab its graphs
+    # (torchviz.make_dot's, and any other Digraph, Graph or Source) are laid out by the course's engine.
+    env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_LAB_DOT"}
+    env["PATH"] = str(tmp_path)
+    code = textwrap.dedent(
+        """
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance()       # a kernel's shell exists before the notebook's first import
+        import graphviz, torch, torchviz
+        import autograd_lab
+        w = torch.tensor([1.0, 2.0], requires_grad=True)
+        for g in (torchviz.make_dot((w * 3).sum(), params={"w": w}), graphviz.Graph(body=["a -- b"]),
+                  graphviz.Source("digraph { x -> y }", engine="neato")):
+            data, _ = shell.display_formatter.format(g)
+            print(type(g).__name__, sorted(data), data.get("image/svg+xml", "")[:4])
+        """
+    )
+    done = run_python(code, env=env)
+    assert done.returncode == 0, done.stderr
+    for kind in ("Digraph", "Graph", "Source"):
+        assert f"{kind} ['image/svg+xml', 'text/plain', 'text/vnd.graphviz'] <?xm" in done.stdout, done.stdout
+
+
+def test_torchviz_monospace_labels_are_measured_as_courier():
+    # graphviz-pure has no metrics for a generic family: measured as Times, torchviz's labels would overflow
+    import torchviz
+
+    from autograd_lab import stable_ids
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    graph = stable_ids(torchviz.make_dot((x * 2).sum(), params={"x": x}, show_attrs=True))
+    assert "fontname=monospace" in graph.source
+    assert 'font-family="Courier,monospace"' in graph.svg() and 'font-family="monospace"' not in graph.svg()
 
 
 def test_install_hint_puts_this_platform_first(monkeypatch):
     monkeypatch.delenv("CONDA_PREFIX", raising=False)
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert install_hint().splitlines()[2].strip().startswith("macOS")
+    systems = install_hint().split("install Graphviz's `dot`, then restart the kernel:\n", 1)[1].splitlines()
+    assert systems[0].strip().startswith("macOS")
     monkeypatch.setenv("CONDA_PREFIX", "env")
-    assert install_hint().splitlines()[2].strip().startswith("conda")
+    systems = install_hint().split("install Graphviz's `dot`, then restart the kernel:\n", 1)[1].splitlines()
+    assert systems[0].strip().startswith("conda")
 
 
 def test_graphviz_missing_is_a_runtime_error():

@@ -1,5 +1,6 @@
-"""The layout engine under a time limit: what a layout costs is known before ``dot`` runs, and ``dot`` never
-outlives its call -- not when it runs out of time, not on an interrupt; a broken ``dot`` gets the repair hint."""
+"""The layout engine under a time limit: what a layout costs is known before the engine runs, and the engine
+never outlives its call -- not when it runs out of time, not on an interrupt; a broken one gets the repair hint.
+The fake engines here are a system ``dot``, selected as a learner would (``AUTOGRAD_LAB_DOT=dot``)."""
 
 import os
 import signal
@@ -22,7 +23,10 @@ def test_layout_cost_sees_long_edges_to_a_shared_leaf():
     assert layout_cost(walk(looped_loss(seed_model(), x, y)))[1] == 0  # all paths of one length
 
 
-def fake_dot(tmp_path, body):
+def fake_dot(tmp_path, body, monkeypatch):
+    """A `dot` program that runs ``body`` (a shell script), alone on PATH and selected as the engine."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("AUTOGRAD_LAB_DOT", "dot")
     path = tmp_path / "dot"
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -55,8 +59,7 @@ posix_only = pytest.mark.skipif(not os.path.exists("/proc"), reason="reads /proc
 @posix_only
 def test_a_slow_dot_is_stopped_and_leaves_no_process(tmp_path, monkeypatch):
     pidfile = tmp_path / "pid"
-    fake_dot(tmp_path, f"/bin/sleep 30 &\necho $! > {pidfile}\nwait\n")
-    monkeypatch.setenv("PATH", str(tmp_path))
+    fake_dot(tmp_path, f"/bin/sleep 30 &\necho $! > {pidfile}\nwait\n", monkeypatch)
     start = time.perf_counter()
     with pytest.raises(GraphTooSlow, match="within 0.5 s"):
         run_dot("digraph {}", timeout=0.5)
@@ -67,8 +70,7 @@ def test_a_slow_dot_is_stopped_and_leaves_no_process(tmp_path, monkeypatch):
 @posix_only
 def test_an_interrupt_while_dot_runs_leaves_no_process(tmp_path, monkeypatch):
     pidfile = tmp_path / "pid"
-    fake_dot(tmp_path, f"/bin/sleep 30 &\necho $! > {pidfile}\nwait\n")
-    monkeypatch.setenv("PATH", str(tmp_path))
+    fake_dot(tmp_path, f"/bin/sleep 30 &\necho $! > {pidfile}\nwait\n", monkeypatch)
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
@@ -87,8 +89,7 @@ def test_an_interrupt_while_dot_runs_leaves_no_process(tmp_path, monkeypatch):
 @posix_only
 def test_a_broken_dot_gives_the_repair_hint_not_a_traceback(tmp_path, monkeypatch):
     message = "dot: error while loading shared libraries: libgvc.so.6: cannot open shared object file"
-    fake_dot(tmp_path, f"echo '{message}' >&2\nexit 127\n")
-    monkeypatch.setenv("PATH", str(tmp_path))
+    fake_dot(tmp_path, f"echo '{message}' >&2\nexit 127\n", monkeypatch)
     w = torch.tensor(1.0, requires_grad=True)
     g = draw_graph(w * 2, params={"w": w})
     with pytest.raises(GraphvizMissing, match="installed but does not run") as err:

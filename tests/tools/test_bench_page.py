@@ -33,7 +33,7 @@ def test_the_committed_page_is_what_the_reference_run_makes():
 
 def test_the_reference_run_measured_every_part_of_every_notebook():
     results = reference()
-    assert {"environment", "settings", "notebooks", "widgets", "claims", "nbval", "scale"} <= results.keys()
+    assert {"environment", "settings", "notebooks", "widgets", "claims", "nbval", "scale", "drawing"} <= results.keys()
     env = results["environment"]
     assert {"python", "torch", "graphviz", "packages", "machine", "cores", "devices", "total_s"} <= env.keys()
     measured = sorted(row["notebook"] for row in results["notebooks"]["rows"])
