@@ -38,7 +38,7 @@ DIRECTIONS = ("BT", "TB", "LR", "RL")
 SIZE = re.compile(r"\d+(\.\d+)?(,\d+(\.\d+)?)?!?")  # Graphviz's size attribute: "8", "8,5", "8,5!"
 CHAIN_MAX_INDENT = 25  # chain(): levels of indentation before a deep graph's level is written as a number
 
-__all__ = ["AutogradGraph", "chain", "draw_graph", "draw_model", "format_tensor", "graph_nodes", "stable_ids"]
+__all__ = ["AutogradGraph", "chain", "draw_graph", "draw_model", "format_tensor", "graph_nodes"]
 
 
 def graph_nodes(tensors) -> list:
@@ -97,34 +97,6 @@ class AutogradGraph(graphviz.Digraph):
 
     def __repr__(self) -> str:
         return self.text or super().__repr__()
-
-
-_DOT_STATEMENT = re.compile(r"^(\s*)(\d+)(?: -> (\d+))?")  # "\tID [..." or "\tID -> ID [..." at the start of a line
-
-
-def stable_ids(dot: graphviz.Digraph) -> AutogradGraph:
-    """The same drawing as ``dot`` (e.g. ``torchviz.make_dot(...)``), its boxes named n0, n1, ... in order of
-    appearance instead of by ``id()``: a notebook that stores it stores the same bytes on every run.
-
-    Shown as SVG (``dot`` under the course's time limit); as text, the number of boxes and arrows.
-    """
-    if not isinstance(dot, graphviz.Digraph):
-        raise TypeError(f"stable_ids expects a graphviz.Digraph such as torchviz.make_dot(...) returns, "
-                        f"got {type(dot).__name__}.")
-    names: dict[str, str] = {}
-
-    def rename(match):
-        ids = [g for g in match.groups()[1:] if g is not None]
-        for node in ids:
-            names.setdefault(node, f"n{len(names)}")
-        return match.group(1) + " -> ".join(names[node] for node in ids)
-
-    body = [_DOT_STATEMENT.sub(rename, line, count=1) for line in dot.body]
-    graph = AutogradGraph(body=body, graph_attr=dict(dot.graph_attr), node_attr=dict(dot.node_attr),
-                          edge_attr=dict(dot.edge_attr))
-    arrows = sum(1 for line in body if " -> " in line.split("[", 1)[0])
-    graph.text = f"a graph of {len(names)} boxes and {arrows} arrows (boxes named n0 to n{len(names) - 1})"
-    return graph
 
 
 def _label(*lines: str) -> str:
