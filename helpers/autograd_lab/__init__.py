@@ -37,7 +37,6 @@ _HOMES = {
     "line_chart": "svg",
     "live": "widgets",
     "run_button": "widgets",
-    "stable_ids": "graph",
     "time_call": "measure",
     "timeline_text": "timeline",
     "torchrun": "distributed",

@@ -40,7 +40,7 @@ DIRECTIONS = ("BT", "TB", "LR", "RL")
 SIZE = re.compile(r"\d+(\.\d+)?(,\d+(\.\d+)?)?!?")  # Graphviz's size attribute: "8", "8,5", "8,5!"
 CHAIN_MAX_INDENT = 25  # chain(): levels of indentation before a deep graph's level is written as a number
 
-__all__ = ["AutogradGraph", "chain", "draw_graph", "draw_model", "format_tensor", "graph_nodes", "stable_ids"]
+__all__ = ["AutogradGraph", "chain", "draw_graph", "draw_model", "format_tensor", "graph_nodes"]
 
 
 def graph_nodes(tensors) -> list:

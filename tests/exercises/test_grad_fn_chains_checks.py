@@ -7,7 +7,6 @@ PyTorch, never typed in.
 """
 
 import re
-from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -21,6 +20,12 @@ from autograd_lab.graphmodel import node_name
 
 CHAIN = ["MulBackward0", "SumBackward0", "SigmoidBackward0", "MulBackward0", "AccumulateGrad"]
 RAISES = {"A": False, "B": True, "C": True, "D": False}
+SECOND = {
+    "A": lambda a, b: torch.cat([a, b]).sum(),
+    "B": lambda a, b: (a * b.detach()).sum(),
+    "C": lambda a, b: a.exp().sum(),
+    "D": lambda a, b: a.expand(3, 2).sum(),
+}
 
 
 def base(names):
@@ -36,19 +41,21 @@ def walk(tensor):
     return names
 
 
-def chain_rule_gradient(w0=0.5):
-    w = torch.tensor(w0, requires_grad=True, dtype=torch.float64)
-    x = torch.tensor([4.0, 2.0], dtype=torch.float64)
-    ((2 * x - w * x) ** 2).mean().backward()
-    return w.grad.item()
+def div_reference(a, b, g):
+    a, b = a.clone().requires_grad_(), b.clone().requires_grad_()
+    return torch.autograd.grad(a / b, (a, b), g)
 
 
 def test_truths_used_here_are_what_the_checks_compute():
-    assert ch.reference_gradient(0.5) == pytest.approx(chain_rule_gradient())
     assert ch.reference_chain() == CHAIN and ch.reference_second_backward() == RAISES
+    a, b, g = ch.div_points(0)
+    assert (tuple(a.shape), tuple(b.shape)) == ch.DIV_SHAPES and a.shape != b.shape  # b is broadcast
+    assert not torch.equal(g, torch.ones_like(g)) and (b > 0.4).all()
+    for mine, theirs in zip(div_reference(a, b, g), ch.reference_div_backward(a, b, g)):
+        assert torch.equal(mine, theirs)
 
 
-CHECKS = {"chain": ch.check_chain, "chain_rule": ch.check_chain_rule_gradient,
+CHECKS = {"chain": ch.check_chain, "div_backward": ch.check_div_backward,
           "second_backward": ch.check_second_backward}
 
 
@@ -83,6 +90,8 @@ def swapped(chain, i, j):
         (CHAIN[:2] + ["ExpBackward0"] + CHAIN[2:], "more than were recorded"),
         (CHAIN[:2] + ["ExpBackward0"] + CHAIN[3:], "item 3 ('ExpBackward0')"),
         (["AddBackward0"] + CHAIN[1:], "item 1 ('AddBackward0')"),
+        (CHAIN[:-1] + ["AccumulateGrad(x)"], "you wrote AccumulateGrad(x)"),
+        (" -> ".join(CHAIN[1:]), "one node is missing at the start"),
     ],
 )
 def test_chain_wrong(answer, phrase):
@@ -99,15 +108,21 @@ def test_chain_wrong(answer, phrase):
         [f" {name} " for name in CHAIN],
         (name for name in CHAIN),
         ["MulBackward1", "SumBackward1", "SigmoidBackward1", "MulBackward1", "AccumulateGrad"],
+        CHAIN[:-1] + ["AccumulateGrad(w)"],
+        " -> ".join(CHAIN[:-1] + ["AccumulateGrad(w)"]),
+        " -> ".join(CHAIN),
+        CHAIN[:-1] + ["AccumulateGrad ( w )"],
     ],
-    ids=["tuple", "no-digits", "lower-case", "spaces", "generator", "other-digits"],
+    ids=["tuple", "no-digits", "lower-case", "spaces", "generator", "other-digits", "as-chain-names-the-leaf",
+         "chain-printout", "arrow-string", "spaced-leaf"],
 )
 def test_chain_right_written_differently(answer):
     assert ch.check_chain(answer).passed
 
 
 @pytest.mark.parametrize(
-    "answer", [set(CHAIN), " -> ".join(CHAIN), [1, 2], {"chain": CHAIN}], ids=["set", "arrow-string", "numbers", "dict"]
+    "answer", [set(CHAIN), "MulBackward0 SumBackward0", [1, 2], {"chain": CHAIN}],
+    ids=["set", "no-arrows", "numbers", "dict"],
 )
 def test_chain_malformed(answer):
     assert ch.check_chain(answer).status == "malformed"
@@ -134,7 +149,8 @@ def test_check_chain():
     assert ch.check_chain(tuple(right)).passed
     assert ch.check_chain(...).status == "unanswered"
     assert ch.check_chain(None).status == "unanswered"
-    assert ch.check_chain("MulBackward0 -> SumBackward0").status == "malformed"
+    assert ch.check_chain("MulBackward0, SumBackward0").status == "malformed"
+    assert ch.check_chain(" -> ".join(right[:-1] + ["AccumulateGrad(w)"])).passed  # the way chain() prints it
     assert ch.check_chain([1, 2]).status == "malformed"
     cases = {
         "reverse your list": right[::-1],
@@ -152,80 +168,90 @@ def test_check_chain():
     assert fb.status == "wrong" and "`None`" in fb.message
 
 
-# ---------------------------------------------------------------- exercise 2: a gradient by the chain rule
+# ---------------------------------------------------------------- exercise 2: write one node's backward
 
 
-def loss_value(w0=0.5):
-    x = torch.tensor([4.0, 2.0])
-    return ((2 * x - w0 * x) ** 2).mean().item()
-
-
-def without_x_factor(w0=0.5):
-    x = torch.tensor([4.0, 2.0])
-    return (-2 * (2 * x - w0 * x)).mean().item()
+def right_div(a, b, g):
+    return g / b, (-g * a / b**2).sum(0)
 
 
 @pytest.mark.parametrize(
-    "make, phrase",
+    "fn, phrase",
     [
-        (lambda: -chain_rule_gradient(), "wrong sign"),
-        (lambda: 2 * chain_rule_gradient(), "the mean divides"),
-        (lambda: chain_rule_gradient() / 2, "2 r, not r"),
-        (lambda: chain_rule_gradient(1.0), "gradient at w = 1"),
-        (loss_value, "value of the loss"),
-        (without_x_factor, "factor from the multiplication is missing"),
-        (lambda: -2 * (8 - 0.5 * 4) * 4 / 2, "one sample's share"),
-        (lambda: -2 * (4 - 0.5 * 2) * 2, "one sample's share"),
-        (lambda: float("nan"), "not a finite number"),
-        (lambda: float("inf"), "not a finite number"),
-        (lambda: chain_rule_gradient() + 7, "differentiate with respect to w"),
+        (lambda a, b, g: (g / b, (g * a / b**2).sum(0)), "grad_b has the wrong sign"),  # sign slip
+        (lambda a, b, g: (-g / b, (-g * a / b**2).sum(0)), "grad_a has the wrong sign"),
+        (lambda a, b, g: (1 / b, (-g * a / b**2).sum(0)), "grad_a leaves out grad_out"),  # missing chain factor
+        (lambda a, b, g: (g / b, (-a / b**2).sum(0)), "grad_b leaves out grad_out"),
+        (lambda a, b, g: (g / b, -a / b**2), "grad_b leaves out grad_out"),
+        (lambda a, b, g: (1 / b, -a / b**2), "both leave out grad_out"),
+        (lambda a, b, g: (-g * a / b**2, (g / b).sum(0)), "you swapped them"),  # derivative of the wrong input
+        (lambda a, b, g: (-g * a / b**2, (-g * a / b**2).sum(0)), "grad_a is the derivative with respect to b"),
+        (lambda a, b, g: (g / b, (g / b).sum(0)), "grad_b is the derivative with respect to a"),
+        (lambda a, b, g: (g / b, -g * a / b**2), "Sum them back to (3,)"),  # wrong shape: the edge's sum left out
+        (lambda a, b, g: (g / b, (-g * a / b**2).sum(1)), "should have the shape of its input, (3,)"),
+        (lambda a, b, g: (g / b, (-g * a / b**2).mean(0)), "averages over the rows"),
+        (lambda a, b, g: (g / b, (-g / b**2).sum(0)), "grad_b leaves out a"),
+        (lambda a, b, g: (g / b, (-g * a / b).sum(0)), "check the derivative of 1 / b"),
+        (lambda a, b, g: (g * b, (g * a).sum(0)), "here b divides"),
+        (lambda a, b, g: (g / b, (g * a).sum(0) + 1), "grad_b does not match autograd"),
+        (lambda a, b, g: (g / b, (-g * a / b**2).sum(0) * float("nan")), "not all finite"),
+        (lambda a, b, g: 1 / 0, "raised ZeroDivisionError"),
     ],
 )
-def test_chain_rule_wrong(make, phrase):
-    fb = ch.check_chain_rule_gradient(make())
+def test_div_backward_wrong(fn, phrase):
+    fb = ch.check_div_backward(fn)
     assert fb.status == "wrong" and phrase in fb.message, fb
 
 
 @pytest.mark.parametrize(
-    "convert",
-    [int, np.int32, np.float64, torch.tensor, lambda v: torch.tensor([v]), lambda v: Fraction(int(v) * 3, 3),
-     lambda v: np.array([[v]])],
-    ids=["int", "np.int32", "np.float64", "tensor", "tensor-1", "fraction", "np-1x1"],
+    "fn",
+    [
+        right_div,
+        lambda a, b, g: (g * b.reciprocal(), (-(g * a) / (b * b)).sum_to_size(b.shape)),
+        lambda a, b, g: [torch.div(g, b), torch.sum(-g * a * b.pow(-2), dim=0)],
+        lambda a, b, g: (g / b, -((g * (a / b)) / b).sum(dim=0, keepdim=True).squeeze(0)),
+        lambda a, b, g: ((g / b).float(), (-g * a / b**2).sum(0).float()),  # float32 is close enough
+    ],
+    ids=["solution", "reciprocal-sum_to_size", "list-and-pow", "via-out", "float32"],
 )
-def test_chain_rule_right_written_differently(convert):
-    g = chain_rule_gradient()
-    assert g == int(g)  # the conversions above rely on a whole number here
-    assert ch.check_chain_rule_gradient(convert(g)).passed
+def test_div_backward_right_written_differently(fn):
+    assert ch.check_div_backward(fn).passed
 
 
-def test_reference_gradient_is_the_chain_rule():
-    for w in (0.5, 1.0, 2.0):
-        x = torch.tensor([4.0, 2.0], dtype=torch.float64)
-        r = 2 * x - w * x
-        assert ch.reference_gradient(w) == pytest.approx(float(-(2 / len(x)) * (r * x).sum()))
-    assert ch.reference_gradient(1.0) == pytest.approx(-20.0)  # the seed's number, as the notebook shows
+@pytest.mark.parametrize(
+    "answer, status, phrase",
+    [
+        (..., "unanswered", "your function div_backward"),
+        (right_div(*ch.div_points(0)), "malformed", "give the function itself"),
+        (lambda a, b: (a, b), "malformed", "must take 3 arguments"),
+        (lambda a, b, g: (g / b,), "malformed", "must return two tensors"),
+        (lambda a, b, g: None, "malformed", "must return two tensors"),
+        (lambda a, b, g: (1.0, 2.0), "malformed", "must return two tensors"),
+        (lambda a, b, g: ((g / b).to(torch.complex128), (-g * a / b**2).sum(0)), "malformed", "ordinary real"),
+    ],
+)
+def test_div_backward_form(answer, status, phrase):
+    fb = ch.check_div_backward(answer)
+    assert fb.status == status and phrase in fb.message, fb
 
 
-def test_check_chain_rule_gradient():
-    g = ch.reference_gradient(0.5)
-    assert ch.check_chain_rule_gradient(g).passed
-    assert ch.check_chain_rule_gradient(torch.tensor(g)).passed
-    assert ch.check_chain_rule_gradient(int(g)).passed  # an exact integer here
-    assert ch.check_chain_rule_gradient(...).status == "unanswered"
-    for bad in ("-30", [g], torch.ones(2), True):
-        assert ch.check_chain_rule_gradient(bad).status == "malformed", bad
-    fb = ch.check_chain_rule_gradient(float("nan"))
-    assert fb.status == "wrong" and "not a finite number" in fb.message
-    cases = {
-        "wrong sign": -g,
-        "the mean divides": 2 * g,
-        "2 r, not r": g / 2,
-        "gradient at w = 1": ch.reference_gradient(1.0),
-        "differentiate with respect to w": g + 7,
-    }
-    for hint, answer in cases.items():
-        fb = ch.check_chain_rule_gradient(answer)
-        assert fb.status == "wrong" and hint in fb.message, (answer, fb)
+def test_div_backward_leaves_grad_mode_and_dtype_as_found():
+    def rude(a, b, g):
+        torch.set_grad_enabled(False)
+        torch.set_default_dtype(torch.float64)
+        return right_div(a, b, g)
+
+    assert ch.check_div_backward(rude).passed
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+
+
+def test_div_backward_is_checked_on_a_second_draw():
+    first = ch.div_points(0)
+
+    def only_the_first(a, b, g):  # right on the first draw only, as an answer copied from printed numbers would be
+        return right_div(*first)
+
+    assert not ch.check_div_backward(only_the_first).passed
 
 
 # ---------------------------------------------------------------- exercise 3: will a second backward raise?
@@ -237,7 +263,8 @@ def test_check_chain_rule_gradient():
         (dict.fromkeys(RAISES, True), "You said every one raises"),
         (dict.fromkeys(RAISES, False), "You said none raises"),
         ({k: not v for k, v in RAISES.items()}, "4 of 4 not yet"),
-        ({**RAISES, "C": False}, "C = (a * 2).sum(): the gradient for a is 2 * grad_output"),
+        ({**RAISES, "C": False}, "C = a.exp().sum(): what is the derivative of exp(a)"),
+        ({**RAISES, "B": False}, "B = (a * b.detach()).sum(): detach() keeps b out of the graph"),
         ({"A", "B", "C"}, "1 of 4 not yet"),
     ],
 )
@@ -293,15 +320,9 @@ def raises_twice(make):
 
 
 def test_reference_second_backward_matches_running_it():
-    mine = {
-        "A": lambda a, b: (a + b).sum(),
-        "B": lambda a, b: (a * b).sum(),
-        "C": lambda a, b: (a * 2).sum(),
-        "D": lambda a, b: (a - b).mean(),
-    }
-    truth = {k: raises_twice(f) for k, f in mine.items()}
+    truth = {k: raises_twice(f) for k, f in SECOND.items()}
     assert ch.reference_second_backward() == truth
-    assert truth == {"A": False, "B": True, "C": True, "D": False}  # the notebook's worked solution
+    assert truth == RAISES  # the notebook's worked solution
 
 
 def test_check_second_backward():
@@ -319,3 +340,11 @@ def test_check_second_backward():
         assert "raises" not in fb.message.split("\n", 1)[1]  # a question to ask, not the verdict
     fb = ch.check_second_backward({k: not v for k, v in truth.items()})
     assert fb.status == "wrong" and "4 of 4" in fb.message
+
+
+def test_second_backward_hint_points_to_saved_tensors_not_to_every_saved_name():
+    # dir(node) lists _saved_alpha on additions that never raise, and _saved_self where it is None: the hint
+    # sends the learner to the attributes that hold tensors, the only ones backward frees
+    fb = ch.check_second_backward({**RAISES, "A": True})
+    assert "dir(node)" not in fb.message and "hold tensors" in fb.message
+    assert "`_saved_alpha`" in fb.message and "None" in fb.message

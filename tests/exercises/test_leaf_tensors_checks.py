@@ -9,7 +9,6 @@ Every expected value is computed here by running PyTorch, never typed in.
 import itertools
 import json
 import random
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -23,27 +22,52 @@ from autograd_lab.exercises.feedback import Feedback
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "01_leaf_tensors.ipynb"
 
 
-def grad_after(calls, w0=3.0):
-    """w.grad after ``calls`` backward calls through w ** 2 + 4 w, computed here."""
-    w = torch.tensor(w0, requires_grad=True)
-    for _ in range(calls):
-        (w**2 + 4 * w).backward()
-    return w.grad.item()
+def outcome(make):
+    """Run one of exercise 2's results here: not recorded, recorded, or recorded with a node that raises."""
+    x = torch.tensor([1.5, -0.5, 2.0], requires_grad=True)
+    result = make(x)
+    if result.grad_fn is None:
+        return "not recorded"
+    try:
+        result.sum().backward()
+    except RuntimeError:
+        return "raises"
+    return "recorded"
+
+
+RECORDING = {
+    "A": lambda x: (x > 0).float(),
+    "B": lambda x: x - x.detach(),
+    "C": lambda x: x // 2,
+    "D": lambda x: torch.full_like(x, 2.0),
+    "E": lambda x: torch.where(x > 0, x, 0.0),
+}
+TRUTH = {"A": "not recorded", "B": "recorded", "C": "raises", "D": "not recorded", "E": "recorded"}
 
 
 def test_the_snippets_references_are_what_running_them_gives():
-    assert lt.run_snippet(lt.GRAD_SNIPPET)["w"].grad.item() == grad_after(2)
     tensors = lt.run_snippet(lt.LEAVES_SNIPPET)
     assert {n for n, t in tensors.items() if t.is_leaf} == {"w", "x", "v", "s"}
+    assert {k: outcome(f) for k, f in RECORDING.items()} == TRUTH == lt.reference_recording()
+    assert set(TRUTH.values()) == set(lt.OUTCOMES)  # every outcome of the decision table is asked for
 
 
 def test_the_notebooks_prompts_show_the_snippets_the_checks_run():
     cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
     markdown = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    assert lt.LEAVES_SNIPPET in markdown and lt.GRAD_SNIPPET in markdown
+    assert lt.LEAVES_SNIPPET in markdown
+    for key, source in lt.RECORDING.items():
+        assert f"- {key}: `{source}`" in markdown
+    assert f"x = {lt.RECORDING_X}" in markdown
 
 
-CHECKS = {"leaves": lt.check_leaves, "grad": lt.check_grad_after_two_backwards, "make_weight": lt.check_make_weight}
+def test_no_result_of_exercise_2_is_in_the_notebooks_own_table():
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
+    for source in lt.RECORDING.values():
+        assert f'"{source}"' not in cells["exceptions"]
+
+
+CHECKS = {"leaves": lt.check_leaves, "recording": lt.check_recording, "make_weight": lt.check_make_weight}
 
 
 @pytest.mark.parametrize("odd", list(odd_answers()), ids=str)
@@ -153,91 +177,83 @@ def test_check_leaves_unanswered(answer):
     assert lt.check_leaves(answer).status == "unanswered"
 
 
-# ---------------------------------------------------------------- exercise 2: .grad after two backward calls
+# ---------------------------------------------------------------- exercise 2: recorded, not recorded, or raises?
 
 
-def w_value():
-    return 3.0
+def flipped(key, verdict):
+    return {**TRUTH, key: verdict}
 
 
 @pytest.mark.parametrize(
-    "make, phrase",
+    "answer, phrase",
     [
-        (lambda: grad_after(1), "what one backward call gives"),
-        (lambda: grad_after(3), "counts 3 backward calls"),
-        (lambda: -grad_after(2), "wrong sign"),
-        (lambda: -grad_after(1), "wrong sign, and only one call"),
-        (lambda: w_value() ** 2 + 4 * w_value(), "that is the loss value"),
-        (lambda: 2 * (w_value() ** 2 + 4 * w_value()), "sums the loss values"),
-        (lambda: 0, "nothing resets .grad"),
-        (lambda: 2 * 2 * w_value(), "differentiated only `w ** 2`"),
-        (lambda: 2 * 4, "differentiated only `4 * w`"),
-        (lambda: float("nan"), "not a finite number"),
-        (lambda: float("-inf"), "not a finite number"),
-        (lambda: grad_after(2) + 3, "count how many backward calls"),
+        (flipped("A", "recorded"), "`x > 0` gives booleans"),  # a float dtype taken for a recorded history
+        (flipped("A", "raises"), "only if it was recorded first"),
+        (flipped("B", "not recorded"), "never asks about values"),  # the value is always 0
+        (flipped("B", "raises"), "a subtraction has a derivative formula"),
+        (flipped("C", "not recorded"), "`//` on a float tensor is `torch.floor_divide`"),
+        (flipped("C", "recorded"), "does PyTorch have a derivative formula"),  # recorded taken for differentiable
+        (flipped("D", "recorded"), "Compare `zeros_like`"),
+        (flipped("D", "raises"), "Compare `zeros_like`"),
+        (flipped("E", "not recorded"), "is `x` itself an input of `torch.where`"),  # a comparison inside
+        (flipped("E", "raises"), "`torch.where` only picks entries"),
+        (dict.fromkeys(TRUTH, "recorded"), "You gave every one the same outcome"),
+        (dict.fromkeys(TRUTH, "not recorded"), "the five land in all three"),
+        ({**TRUTH, "B": "not recorded", "C": "not recorded"}, "2 of 5 not yet"),
     ],
 )
-def test_grad_wrong(make, phrase):
-    fb = lt.check_grad_after_two_backwards(make())
+def test_recording_wrong(answer, phrase):
+    fb = lt.check_recording(answer)
     assert fb.status == "wrong" and phrase in fb.message, fb
 
 
-@pytest.mark.parametrize(
-    "convert",
-    [
-        int,
-        np.int64,
-        np.float32,
-        lambda v: np.array(v),
-        lambda v: np.array([v]),
-        torch.tensor,
-        lambda v: torch.tensor([[v]]),
-        lambda v: torch.tensor(v, dtype=torch.float16),
-        lambda v: torch.tensor(v, requires_grad=True),
-        lambda v: Fraction(int(2 * v), 2),
-        lambda v: v + 1e-9,
-    ],
-    ids=["int", "np.int64", "np.float32", "np-0d", "np-1", "tensor", "tensor-1x1", "half", "requires-grad", "fraction",
-         "rounding"],
-)
-def test_grad_right_written_differently(convert):
-    assert lt.check_grad_after_two_backwards(convert(grad_after(2))).passed
-
-
-def test_grad_snippet_reference():
-    w = torch.tensor(3.0, requires_grad=True)
-    once = (2 * w + 4).item()  # d(w**2 + 4w)/dw at w = 3
-    assert lt.run_snippet(lt.GRAD_SNIPPET)["w"].grad.item() == 2 * once == 20.0
-
-
-@pytest.mark.parametrize("answer", [20, 20.0, torch.tensor(20.0), 20.0000001])
-def test_check_grad_right(answer):
-    assert lt.check_grad_after_two_backwards(answer).passed
+def test_recording_hint_asks_rather_than_tells():
+    for key, right in TRUTH.items():
+        for verdict in lt.OUTCOMES:
+            if verdict != right:
+                fb = lt.check_recording(flipped(key, verdict))
+                assert fb.status == "wrong" and "1 of 5" in fb.message
+                assert f"{key} = {lt.RECORDING[key]}:" in fb.message
+                assert fb.message.count("\n- ") == 1  # one line, for the one misplaced result
 
 
 @pytest.mark.parametrize(
-    "answer, hint",
+    "answer",
     [
-        (10, "what one backward call gives"),
-        (21, "that is the loss value"),
-        (42, "sums the loss values"),
-        (0, "nothing resets .grad here"),
-        (7, "Work out d(loss)/dw for `loss = w ** 2 + 4 * w` at w = 3"),
+        dict(TRUTH),
+        {k.lower(): v for k, v in TRUTH.items()},
+        {k: v.upper() for k, v in TRUTH.items()},
+        {**TRUTH, "A": "not-recorded", "D": "unrecorded"},
+        {**TRUTH, "C": "recorded, then backward raises"},
+        {**TRUTH, "C": "recorded then raises"},
+        {**TRUTH, "C": " Raises "},
+    ],
+    ids=["as-solution", "lower-keys", "upper-values", "hyphen-unrecorded", "table-wording", "no-comma", "spaces"],
+)
+def test_recording_right_written_differently(answer):
+    assert lt.check_recording(answer).passed
+
+
+@pytest.mark.parametrize(
+    "answer, phrase",
+    [
+        (["not recorded", "recorded", "raises", "not recorded", "recorded"], "give a dict"),
+        ({**TRUTH, "a": "recorded"}, "appears twice"),
+        ({**TRUTH, "F": "recorded"}, "unknown 'F'"),
+        ({k: v for k, v in TRUTH.items() if k != "E"}, "missing E"),
+        ({**TRUTH, "A": True}, "must be one of"),
+        ({**TRUTH, "C": "not raises"}, "must be one of"),
+        ({**TRUTH, "B": "maybe"}, "must be one of"),
     ],
 )
-def test_check_grad_wrong_answers_get_their_hint(answer, hint):
-    fb = lt.check_grad_after_two_backwards(answer)
-    assert fb.status == "wrong" and hint in fb.message
+def test_recording_malformed(answer, phrase):
+    fb = lt.check_recording(answer)
+    assert fb.status == "malformed" and phrase in fb.message, fb
 
 
-@pytest.mark.parametrize("answer", ["20", True, [20], torch.tensor([20.0, 1.0])])
-def test_check_grad_malformed(answer):
-    fb = lt.check_grad_after_two_backwards(answer)
-    assert fb.status == "malformed" and "one number" in fb.message
-
-
-def test_check_grad_unanswered():
-    assert lt.check_grad_after_two_backwards(...).status == "unanswered"
+def test_check_recording_unanswered():
+    assert lt.check_recording(...).status == "unanswered"
+    assert lt.check_recording(None).status == "unanswered"
 
 
 # ---------------------------------------------------------------- exercise 3: repair make_weight

@@ -216,7 +216,7 @@ def test_torchviz_monospace_labels_are_measured_as_courier():
     # graphviz-pure has no metrics for a generic family: measured as Times, torchviz's labels would overflow
     import torchviz
 
-    from autograd_lab import stable_ids
+    from autograd_lab.graph import stable_ids
 
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     graph = stable_ids(torchviz.make_dot((x * 2).sum(), params={"x": x}, show_attrs=True))

@@ -39,10 +39,11 @@ def walk(tensor):
     return names
 
 
-def seed_example(w_value=1.0):
+def seed_example(w_value=2.0):
+    """The notebook's example (its own numbers: the seed's -20 is derived once, in notebook 04)."""
     w = torch.tensor(w_value, requires_grad=True)
-    x = torch.tensor([4.0, 2.0])
-    y = 2 * x
+    x = torch.tensor([1.0, 3.0])
+    y = torch.tensor([4.0, 7.0])
     per_sample = (y - w * x) ** 2
     return w, x, y, per_sample, per_sample.mean()
 
@@ -52,8 +53,8 @@ def seed_example(w_value=1.0):
 
 def test_seed_values_printed_in_the_notebook():
     _, _, _, per_sample, loss = seed_example()
-    assert per_sample.tolist() == [16.0, 4.0] and type(per_sample.grad_fn).__name__.startswith("PowBackward")
-    assert loss.item() == 10.0 and type(loss.grad_fn).__name__.startswith("MeanBackward")
+    assert per_sample.tolist() == [4.0, 1.0] and type(per_sample.grad_fn).__name__.startswith("PowBackward")
+    assert loss.item() == 2.5 and type(loss.grad_fn).__name__.startswith("MeanBackward")
 
 
 def test_seed_chain_none_branch_and_accumulate_grad():
@@ -69,7 +70,7 @@ def test_linear_chain_same_loss_other_nodes():
     _, x, y, _, loss = seed_example()
     model = nn.Linear(1, 1, bias=False)
     with torch.no_grad():
-        model.weight.fill_(1.0)
+        model.weight.fill_(2.0)
     loss_linear = ((y - model(x.unsqueeze(1)).squeeze(1)) ** 2).mean()
     assert_close(loss_linear, loss)
     assert base(walk(loss_linear)) == [
@@ -137,7 +138,7 @@ def test_chain_rule_on_paper_matches_each_node_of_the_hand_walk():
     assert log[3][2][1] is None
     assert_close(grads[w], g_mul.sum())
     assert grads[w].shape == w.shape and log[4][1].shape == w.shape  # summed to the leaf's shape
-    assert g_mul.sum().item() == -20.0
+    assert g_mul.sum().item() == -5.0
 
 
 def test_hand_backward_matches_backward_on_the_seed():
@@ -394,7 +395,7 @@ def test_retain_graph_lets_a_second_backward_add_to_grad():
     first = w.grad.clone()
     loss.backward()
     assert_close(w.grad, 2 * first)
-    assert first.item() == -20.0 and w.grad.item() == -40.0
+    assert first.item() == -5.0 and w.grad.item() == -10.0
 
 
 @pytest.mark.parametrize("number", [3, 2.5, -1])
@@ -434,18 +435,70 @@ def test_add_saves_no_tensor_so_a_second_backward_works():
     assert a.grad.item() == 2.0 and b.grad.item() == 2.0
 
 
-# ---------------------------------------------------------------- the grow-the-graph widget
+# ---------------------------------------------------------------- section 3: a node computes a vector-Jacobian product
 
 
-def test_growing_the_forward_adds_one_node_per_operation():
-    w = torch.tensor(1.0, requires_grad=True)
+def test_calling_a_node_returns_v_times_its_local_derivative():
+    w, x, y, _, loss = seed_example()
+    pow_node = loss.grad_fn.next_functions[0][0]
+    v = torch.full_like(x, 1 / len(x))
+    with torch.no_grad():
+        got = pow_node(v)
+    assert_close(got, v * 2 * (y - w.detach() * x))
+    # a second case: a node with two inputs that both need a gradient returns one product per input
+    a, b = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    g, node = torch.randn(3), (a * b).grad_fn
+    with torch.no_grad():
+        ga, gb = node(g)
+    assert_close(ga, g * b.detach())
+    assert_close(gb, g * a.detach())
+
+
+def test_a_node_returns_the_broadcast_shape_and_the_edge_sums_it():
+    w, x, _, _, loss = seed_example()
+    mul = loss.grad_fn.next_functions[0][0].next_functions[0][0].next_functions[1][0]
+    with torch.no_grad():
+        grad_w, grad_x = mul(torch.ones(2))
+    assert node_name(mul).startswith("MulBackward") and grad_x is None
+    assert grad_w.shape == x.shape != w.shape  # one value per sample, for a w that holds one
+    loss.backward()
+    assert w.grad.shape == w.shape  # what reached w was summed on the edge
+
+
+def test_the_step_through_twin_has_b_deposited_before_w():
+    # the widget's graph: the example with a bias b = 0; after 5 steps b holds its gradient and w does not yet
+    w, x, y, _, _ = seed_example()
     b = torch.tensor(0.0, requires_grad=True)
-    x = torch.tensor([4.0, 2.0])
-    y = 2 * x
-    t = w * x
-    counts = [len(graph_nodes(t))]
-    for op in (lambda t: t + b, lambda t: y - t, lambda t: t ** 2, lambda t: t.mean()):
-        t = op(t)
-        counts.append(len(graph_nodes(t)))
-    # w * x: one node plus w's AccumulateGrad; + b adds a node and b's AccumulateGrad; then one node each
-    assert counts == [2, 4, 5, 6, 7]
+    loss = ((y - (w * x + b)) ** 2).mean()
+    log = []
+    backward_by_hand(loss, log)
+    leaves = [node.variable for node, _, _ in log[:5] if hasattr(node, "variable")]
+    assert len(log) == 7 and leaves == [b]
+    assert node_name(log[3][0]).startswith("AddBackward")
+
+
+# ---------------------------------------------------------------- what the exercises ask is never printed above them
+
+
+def _sources_before(cell_id):
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    ids = [c["id"] for c in cells]
+    return "\n".join("".join(c["source"]) for c in cells[:ids.index(cell_id)])
+
+
+def test_no_exercise_is_answered_by_a_cell_above_it():
+    from autograd_lab.exercises import grad_fn_chains as ch
+
+    above = _sources_before("ex3-md")
+    for source in ch.SECOND_BACKWARD.values():
+        assert source not in above
+    assert "a / b" not in _sources_before("ex2-md") and "DivBackward" not in _sources_before("ex2-md")
+    assert "sigmoid" not in _sources_before("ex1-md")
+
+
+def test_the_seeds_gradient_is_not_derived_again_here():
+    texts = []
+    for cell in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]:
+        for out in cell.get("outputs", []):
+            texts.append("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", "")))
+    assert not re.search(r"-20\.(?!\d)", "\n".join(texts)) and "[4., 2.]" not in "\n".join(texts)

@@ -4,6 +4,7 @@ and the plain cells that stand beside its widgets."""
 import ast
 import inspect
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -44,8 +45,11 @@ def test_result_requires_grad_iff_any_input_does(x_rg, y_rg):
     assert (z.grad_fn is None) == z.is_leaf
 
 
-# Operations whose result is an integer or boolean, or that never read the input's values: never recorded.
+# The decision table of section 2, each row tried on more cases than the notebook shows. Not recorded: no input
+# requires grad, an integer or boolean result, or a result PyTorch declares non-differentiable (reads only the
+# input's shape, or counts).
 UNRECORDED = {
+    "no input requires grad": lambda x: x.detach() * 2,
     "comparison": lambda x: x > 0,
     "equality": lambda x: x == x,
     "argmax": lambda x: x.argmax(),
@@ -53,21 +57,36 @@ UNRECORDED = {
     "sort indices": lambda x: x.sort().indices,
     "cast to int64": lambda x: x.long(),
     "cast to bool": lambda x: x.bool(),
+    "a float made from a comparison": lambda x: (x > 0).float(),
     "zeros_like": torch.zeros_like,
     "ones_like": torch.ones_like,
+    "full_like": lambda x: torch.full_like(x, 2.0),
     "new_zeros": lambda x: x.new_zeros(3),
     "histc (floats, declared non-differentiable)": lambda x: torch.histc(x, bins=3),
 }
-# Floating-point or complex results that depend on the input's values: recorded, even with zero derivatives.
+# Floating-point or complex results with a derivative formula: recorded, whether or not the value depends on x.
 RECORDED = {
     "round": lambda x: x.round(),
     "sign": lambda x: x.sign(),
     "floor": lambda x: x.floor(),
+    "x * 0 (value independent of x)": lambda x: x * 0,
+    "x - x (value independent of x)": lambda x: x - x,
+    "x - x.detach() (always 0, gradient 1)": lambda x: x - x.detach(),
+    "where": lambda x: torch.where(x > 0, x, 0.0),
     "cast to float64": lambda x: x.double(),
     "cast to float16": lambda x: x.half(),
     "cast to complex": lambda x: x.to(torch.complex64),
     "max": lambda x: x.max(),
     "clone": lambda x: x.clone(),
+}
+# Recorded with a node that has no derivative formula: the third outcome, which fails only at backward.
+RECORDED_THEN_RAISES = {
+    "floor_divide": lambda x: torch.floor_divide(x, 2),
+    "// (floor_divide)": lambda x: x // 2,
+    "unique": torch.unique,
+    "unique_consecutive": torch.unique_consecutive,
+    "histogram counts": lambda x: torch.histogram(x, bins=3).hist,
+    "bincount weights": lambda x: torch.bincount(torch.tensor([0, 1, 1]), weights=x),
 }
 
 
@@ -80,20 +99,56 @@ def test_results_that_cannot_have_a_gradient_are_not_recorded(name, dtype):
 
 
 @pytest.mark.parametrize("name", sorted(RECORDED))
-def test_floating_results_that_depend_on_the_input_are_recorded_unless_grad_mode_is_off(name):
+def test_floating_results_are_recorded_unless_grad_mode_is_off(name):
     x = torch.tensor([1.5, -0.5, 2.0], requires_grad=True)
     result = RECORDED[name](x)
     assert result.requires_grad and result.grad_fn is not None
     assert result.is_floating_point() or result.is_complex()
+    (result.sum().real if result.is_complex() else result.sum()).backward()  # a derivative formula: backward works
+    assert x.grad is not None
     with torch.no_grad():
         assert RECORDED[name](x).grad_fn is None
     assert RECORDED[name](x.detach()).grad_fn is None   # no input requires grad: nothing recorded
 
 
-def test_round_is_recorded_with_a_zero_derivative():
+@pytest.mark.parametrize("name", sorted(RECORDED_THEN_RAISES))
+def test_some_results_are_recorded_with_a_node_that_raises_only_at_backward(name):
+    x = torch.tensor([1.5, -0.5, 2.0], requires_grad=True)
+    result = RECORDED_THEN_RAISES[name](x)
+    assert result.requires_grad and result.grad_fn is not None and result.is_floating_point()
+    with pytest.raises(RuntimeError, match="not implemented"):
+        result.sum().backward()
+
+
+@pytest.mark.parametrize("make", [lambda x: x * 0, lambda x: x - x, lambda x: x.round()], ids=["x*0", "x-x", "round"])
+def test_recorded_results_whose_value_ignores_x_send_it_a_zero_gradient(make):
     x = torch.tensor([1.5, -0.4, 2.2], requires_grad=True)
-    x.round().sum().backward()
+    make(x).sum().backward()
     assert torch.equal(x.grad, torch.zeros(3))
+
+
+def _outcome(t):
+    if t.grad_fn is None:
+        return "not recorded"
+    try:
+        t.sum().backward()
+    except RuntimeError:
+        return "recorded, then backward raises"
+    return "recorded"
+
+
+def test_the_notebooks_table_puts_every_row_in_its_outcome():
+    """The notebook's own cell, run here: each of its rows lands where the decision table says."""
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
+    namespace = {"torch": torch}
+    exec(cells["exceptions"], namespace)
+    outcomes = {name: _outcome(t) for name, t in namespace["results"].items()}
+    rows = [[col.strip() for col in line.strip("|").split("|")] for line in cells["exceptions-after"].splitlines()
+            if line.startswith("|") and not line.startswith("|---")][1:]
+    for name, verdict in outcomes.items():
+        placed = [row[2] for row in rows if any(token in name for token in re.findall(r"`([^`]+)`", row[3]))]
+        assert placed == [verdict], f"{name}: the table puts it in {placed}, running it gives {verdict!r}"
+    assert set(outcomes.values()) == {"not recorded", "recorded", "recorded, then backward raises"}
 
 
 def test_grad_is_none_until_backward_and_lands_on_leaves_only():
@@ -150,17 +205,23 @@ def test_zero_grad_sets_to_none_by_default():
 def test_skipping_zero_grad_before_a_single_backward_changes_nothing():
     grads = []
     for call_zero_grad in (True, False):
-        model = torch.nn.Linear(1, 1, bias=False)
-        with torch.no_grad():
-            model.weight.fill_(1.0)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        x = torch.tensor([[4.0], [2.0]])
         if call_zero_grad:
             opt.zero_grad()
-        assert model.weight.grad is None
-        ((2 * x - model(x)) ** 2).mean().backward()
-        grads.append(model.weight.grad.item())
-    assert grads[0] == grads[1] == -20.0  # the seed's full-batch gradient
+        assert all(p.grad is None for p in model.parameters())  # a fresh parameter has no .grad to clear
+        model(torch.ones(4, 3)).pow(2).mean().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_but_skipping_it_before_a_second_backward_adds_the_stale_gradient():
+    model = torch.nn.Linear(1, 1, bias=False)
+    model(torch.ones(1, 1)).sum().backward()
+    first = model.weight.grad.clone()
+    model(torch.ones(1, 1)).sum().backward()
+    assert torch.equal(model.weight.grad, 2 * first)
 
 
 def test_leaving_the_graph():
@@ -247,7 +308,7 @@ def _source(cell):
 def test_notebook_twins_call_their_widget_function_with_the_set_values():
     cells = {c.get("id"): c for c in _cells()}
     widgets = [c for c in cells.values() if "autograd_lab" in c.get("metadata", {})]
-    assert len(widgets) == 2
+    assert len(widgets) == 1
     for cell in widgets:
         meta = cell["metadata"]["autograd_lab"]
         live_call = ast.parse(_source(cell)).body[0].value

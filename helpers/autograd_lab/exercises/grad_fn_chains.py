@@ -10,22 +10,23 @@ policy that module ``leaf_tensors`` describes (every ``Exception`` becomes feedb
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 
 import torch
 
 from ..graphmodel import walk
-from .answers import as_names, as_number, is_unanswered, read_number
-from .feedback import Feedback, correct, malformed, never_raises, unanswered, wrong
+from .answers import as_names, as_number, close, is_unanswered, read_function
+from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = [
     "chain_expression",
     "reference_chain",
     "check_chain",
-    "reference_gradient",
-    "check_chain_rule_gradient",
+    "DIV_SHAPES",
+    "div_points",
+    "reference_div_backward",
+    "check_div_backward",
     "SECOND_BACKWARD",
     "reference_second_backward",
     "check_second_backward",
@@ -59,8 +60,28 @@ def reference_chain() -> list[str]:
 
 def _base(name: str) -> str:
     """``MulBackward0`` -> ``mulbackward``: the number at the end only tells overloads of one operation apart,
-    and the case of a letter does not tell nodes apart."""
-    return re.sub(r"\d+$", "", name.strip()).lower()
+    and the case of a letter does not tell nodes apart. ``AccumulateGrad(w)``, the way ``chain()`` names a leaf's
+    node, is ``accumulategrad``."""
+    return re.sub(r"\d+$", "", re.sub(r"\s*\([^()]*\)$", "", name.strip())).lower()
+
+
+def _leaf_named(items: list) -> str | None:
+    """The name in ``AccumulateGrad(name)`` when an item names a leaf other than w, else None."""
+    for item in items:
+        found = re.fullmatch(r"\s*accumulategrad\d*\s*\(\s*([^()]*?)\s*\)\s*", item, re.IGNORECASE)
+        if found and found.group(1) not in ("w", ""):
+            return found.group(1)
+    return None
+
+
+def _chain_items(answer) -> list | None:
+    """The learner's node names in order: a list, tuple or iterator of strings, or the line ``chain()`` prints."""
+    if isinstance(answer, str):
+        return [part for part in answer.split("->")] if "->" in answer else None
+    if isinstance(answer, (set, frozenset)):
+        return None
+    items = as_names(answer)
+    return items if items is not None and all(isinstance(a, str) for a in items) else None
 
 
 def _order_hint(given: list, want: list) -> str | None:
@@ -110,14 +131,19 @@ def _count_hint(given: list, want: list, items: list) -> str:
 def check_chain(answer) -> Feedback:
     """Exercise 1: the chain of ``out = torch.sigmoid(w * x).sum() * 3``, from ``out`` back to ``w``.
 
-    Any ordered collection of strings counts (list, tuple, generator); digits and letter case do not matter.
+    Any ordered collection of strings counts (list, tuple, generator), and so does the line ``chain()`` prints
+    (``"MulBackward0 -> ... -> AccumulateGrad(w)"``); digits and letter case do not matter.
     """
     form = 'a list of node names from out back to the leaf, e.g. ["SumBackward0", ..., "AccumulateGrad"]'
     if is_unanswered(answer):
         return unanswered(form)
-    items = as_names(answer) if not isinstance(answer, (set, frozenset)) else None
-    if items is None or not all(isinstance(a, str) for a in items):
+    items = _chain_items(answer)
+    if items is None:
         return malformed(f"give {form}: a list of strings, one per node.")
+    other_leaf = _leaf_named(items)
+    if other_leaf is not None:
+        return wrong(f"the chain ends at the node of the leaf that asked for a gradient, `w`; you wrote "
+                     f"AccumulateGrad({other_leaf}). `x` was made without `requires_grad=True` and gets no node.")
     expected = reference_chain()
     given = [_base(a) for a in items]
     want = [_base(e) for e in expected]
@@ -145,98 +171,169 @@ def check_chain(answer) -> Feedback:
     return wrong(_count_hint(given, want, items))
 
 
-# --- Exercise 2: one gradient by the chain rule -----------------------------------------------
+# --- Exercise 2: write one node's backward ---------------------------------------------------
+# The learner writes what the node of out = a / b hands its two inputs, given grad_out, in their own shapes
+# (after the edge's sum), and the check compares it with autograd on shapes where b is broadcast.
 
-def reference_gradient(w: float = 0.5) -> float:
-    """d loss / d w for the seed's example, loss = mean((2x - w x)^2), x = [4, 2], at this w (by autograd)."""
-    wt = torch.tensor(float(w), requires_grad=True, dtype=torch.float64)
-    x = torch.tensor([4.0, 2.0], dtype=torch.float64)
-    loss = ((2 * x - wt * x) ** 2).mean()
-    loss.backward()
-    return float(wt.grad)
+DIV_SHAPES = ((2, 3), (3,))  # a, and b: broadcast over a's rows
 
 
-def _gradient_slips(w: float = 0.5) -> list:
-    """(value, hint) for the usual slips at this w, each value computed with autograd from the seed's example."""
-    x = torch.tensor([4.0, 2.0], dtype=torch.float64)
-    y = 2 * x
-    wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
-    prediction = wt * x
-    loss = ((y - prediction) ** 2).mean()
-    d_w, d_prediction = torch.autograd.grad(loss, [wt, prediction])
-    per_sample = []  # each sample's own loss, (y_i - w x_i)^2, and its gradient
-    for i in range(len(x)):
-        (g,) = torch.autograd.grad((y[i] - wt * x[i]) ** 2, wt)
-        per_sample += [float(g), float(g) / len(x)]
-    slips = [
-        (-float(d_w), "right size, wrong sign. The residual is r = y - w x, so d r / d w = -x: "
-                      "the subtraction contributes a factor -1."),
-        (2 * float(d_w), "twice the answer: the mean divides by the number of samples (2), so each sample's share is "
-                         "1/2."),
-        (float(d_w) / 2, "half the answer: the square contributes d(r^2)/dr = 2 r, not r."),
-        (reference_gradient(1.0), "that is the gradient at w = 1 (the seed's weight). Redo it with w = 0.5: "
-                                  "the residual changes."),
-        (float(loss.detach()), "that is the value of the loss at w = 0.5, not its derivative with respect to w."),
-        (float(d_prediction.sum()), "the factor from the multiplication is missing: d(w x)/dw = x, so each "
-                                    "sample's term is multiplied by its x."),
-    ]
-    slips += [(g, "that is one sample's share only: the mean runs over both samples, so add their terms.")
-              for g in per_sample]
-    return slips
+def div_points(draw: int = 0):
+    """(a, b, grad_out) for one draw of the check: b kept away from 0, grad_out not all ones."""
+    gen = torch.Generator().manual_seed(1000 + draw)
+    a = torch.randn(*DIV_SHAPES[0], generator=gen, dtype=torch.float64)
+    b = torch.rand(*DIV_SHAPES[1], generator=gen, dtype=torch.float64) + 0.5
+    g = torch.randn(*DIV_SHAPES[0], generator=gen, dtype=torch.float64)
+    return a, b, g
+
+
+def reference_div_backward(a, b, grad_out):
+    """What backward leaves in a.grad and b.grad for out = a / b, d loss / d out = grad_out (by autograd)."""
+    a, b = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    with torch.enable_grad():
+        return torch.autograd.grad(a / b, (a, b), grad_out)
+
+
+def _div_slips(a, b, g) -> dict:
+    """{"a"/"b"/"both": [(value(s), hint)]} for the usual slips, each computed from the point's values."""
+    rows = tuple(range(a.dim() - b.dim()))
+    to_b = lambda t: t.sum(rows)  # noqa: E731 -- the edge's sum, down to b's shape
+    ga, gb = g / b, to_b(-g * a / b**2)
+    return {
+        "both": [
+            ((-g * a / b**2, to_b(g / b)), "you swapped them: the derivative with respect to `a` went to `b` and "
+             "the other way round."),
+            ((1 / b, -a / b**2), "both leave out grad_out. The node must multiply its local "
+             "derivatives by the gradient it receives (the chain rule), not return them alone."),
+        ],
+        "a": [
+            (1 / b, "grad_a leaves out grad_out: multiply the local derivative by the gradient the node "
+                    "receives (the chain rule)."),
+            (g * b, "grad_a is the derivative of a * b with respect to a; here b divides."),
+            (-ga, "grad_a has the wrong sign: a / b grows with a where b > 0."),
+            (-g * a / b**2, "grad_a is the derivative with respect to b, not a."),
+        ],
+        "b": [
+            (-gb, "grad_b has the wrong sign: a larger b makes a / b smaller where a > 0, so the derivative "
+                  "with respect to b is negative there."),
+            (-a / b**2, "grad_b leaves out grad_out: multiply the local derivative by the gradient the node "
+                        "receives (the chain rule), then sum."),
+            (to_b(-a / b**2), "grad_b leaves out grad_out: multiply the local derivative by the gradient the node "
+                              "receives (the chain rule), then sum."),
+            (to_b(-g / b**2), "grad_b leaves out a: the derivative of a / b with respect to b still holds a."),
+            (to_b(-g * a / b), "grad_b: check the derivative of 1 / b; it is not -1 / b."),
+            (to_b(g / b), "grad_b is the derivative with respect to a, not b."),
+            (to_b(g * a), "grad_b is the derivative of a * b with respect to b; here b divides."),
+            ((-g * a / b**2).mean(rows), "grad_b averages over the rows b was broadcast along; the edge adds them "
+                                         "(each row used b once, and each use sends its own share)."),
+        ],
+    }
+
+
+def _div_shape_hint(name: str, got: torch.Tensor, want: torch.Size, broadcast: torch.Size) -> str:
+    if got.shape == broadcast and want != broadcast:
+        return (f"{name} has shape {tuple(got.shape)}, the shape of out: `b` (shape {tuple(want)}) was broadcast "
+                f"over the rows of `a`, so each row sent it a share. Sum them back to {tuple(want)} "
+                f"(`.sum(0)`, or `.sum_to_size(b.shape)`), as the engine does on the edge.")
+    return f"{name} should have the shape of its input, {tuple(want)}; yours has shape {tuple(got.shape)}."
+
+
+def _call_div_backward(fn, a, b, g):
+    """(grad_a, grad_b) from the learner's function, or (None, feedback); grad mode and dtype left as found."""
+    mode, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
+    try:
+        out = fn(a.clone(), b.clone(), g.clone())
+    except Exception as err:  # noqa: BLE001 -- the learner's code
+        return None, wrong(f"calling div_backward(a, b, grad_out) raised {describe_error(err)}")
+    finally:
+        torch.set_grad_enabled(mode)
+        torch.set_default_dtype(dtype)
+    if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
+        return None, malformed("div_backward must return two tensors, `return grad_a, grad_b`; got "
+                               f"{type(out).__name__}.")
+    if any(t.is_sparse or t.is_meta or t.is_complex() for t in out):
+        return None, malformed("return ordinary real tensors, computed from a, b and grad_out.")
+    return tuple(t.detach().to(torch.float64) for t in out), None
+
+
+def _same(t: torch.Tensor, value: torch.Tensor) -> bool:
+    return t.shape == value.shape and close(t, value)
+
+
+def _div_mistake(got, a, b, g) -> str | None:
+    """The hint for the first mistake in (grad_a, grad_b), or None when both match autograd."""
+    want = reference_div_backward(a, b, g)
+    if all(_same(t, w) for t, w in zip(got, want)):
+        return None
+    for name, t in zip(("grad_a", "grad_b"), got):
+        if not torch.isfinite(t).all():
+            return f"{name} holds {t.tolist()}: not all finite numbers, although b is never 0 here."
+    slips = _div_slips(a, b, g)
+    for (sa, sb), hint in slips["both"]:
+        if _same(got[0], sa) and _same(got[1], sb):
+            return hint
+    hints = []
+    for t, w, name, key in zip(got, want, ("grad_a", "grad_b"), ("a", "b")):
+        if _same(t, w):
+            continue
+        hint = next((h for value, h in slips[key] if _same(t, value)), None)
+        if hint is None and t.shape != w.shape:
+            hint = _div_shape_hint(name, t, w.shape, a.shape)
+        hints.append(hint or f"{name} does not match autograd: differentiate a / b with respect to {key}, multiply "
+                             "by grad_out" + (", then sum over the rows b was broadcast along." if key == "b" else "."))
+    return " ".join(hints)
 
 
 @never_raises
-def check_chain_rule_gradient(answer) -> Feedback:
-    """Exercise 2: d loss / d w at w = 0.5 for the seed's example, by the chain rule."""
-    value, problem = read_number(answer, "a number: d loss / d w at w = 0.5", "-12.5")
+def check_div_backward(answer) -> Feedback:
+    """Exercise 2: ``div_backward(a, b, grad_out) -> (grad_a, grad_b)`` for out = a / b, b broadcast over a's rows.
+
+    Compared with ``torch.autograd.grad`` on two random draws (float64; a of shape (2, 3), b of shape (3,)).
+    """
+    problem = read_function(answer, "your function div_backward (its name, without parentheses)",
+                            "div_backward(a, b, grad_out) returning (grad_a, grad_b)", 3)
     if problem is not None:
         return problem
-    if not math.isfinite(value):
-        return wrong(f"{value} is not a finite number: d loss / d w is an ordinary number here. Check for a "
-                     "division by zero or an overflow in your working.")
-    expected = reference_gradient(0.5)
-
-    def near(target):
-        return math.isclose(value, target, rel_tol=1e-4, abs_tol=1e-4)
-
-    if near(expected):
-        return correct(
-            "multiply the local derivatives along the chain: mean (1/2 each), square (2 r), "
-            "subtraction (-1), multiplication by w (x); then add over the two samples."
-        )
-    hint = next((hint for target, hint in _gradient_slips(0.5) if near(target)), None)
-    if hint is not None:
-        return wrong(hint)
-    return wrong(
-        "not yet. Write loss = (1/2) * sum_i (y_i - w x_i)^2 and differentiate with respect to w: "
-        "d loss / d w = (1/2) * sum_i 2 (y_i - w x_i) * (-x_i). Put in x = [4, 2], y = [8, 4], w = 0.5."
-    )
+    for draw in range(2):
+        a, b, g = div_points(draw)
+        got, problem = _call_div_backward(answer, a, b, g)
+        if problem is not None:
+            return problem
+        mistake = _div_mistake(got, a, b, g)
+        if mistake is not None:
+            return wrong(mistake)
+    return correct("your node's backward matches autograd: grad_a = grad_out / b, and grad_b = -grad_out * a / b**2 "
+                   "summed over the rows that shared b. That is micrograd's method: write a local derivative, then "
+                   "check it against an engine you trust.")
 
 
 # --- Exercise 3: does a second backward raise? ------------------------------------------------
 
 SECOND_BACKWARD = {
-    "A": "(a + b).sum()",
-    "B": "(a * b).sum()",
-    "C": "(a * 2).sum()",
-    "D": "(a - b).mean()",
+    "A": "torch.cat([a, b]).sum()",
+    "B": "(a * b.detach()).sum()",
+    "C": "a.exp().sum()",
+    "D": "a.expand(3, 2).sum()",
 }
 
 _WHY = {
-    "A": "AddBackward0 passes the gradient on unchanged and SumBackward0 only keeps a shape: neither saves a tensor.",
-    "B": "MulBackward0 saves both factors (d(ab)/da = b), and backward frees them.",
-    "C": "the gradient of a * 2 with respect to a is 2: MulBackward0 keeps that 2 as a saved tensor, "
-    "freed by backward.",
-    "D": "SubBackward0 needs no tensor (its derivatives are 1 and -1) and MeanBackward0 keeps only a shape "
-    "and a count.",
+    "A": "CatBackward0 only cuts the incoming gradient back into pieces (it keeps the dimension, a plain number), "
+    "and SumBackward0 keeps a shape: neither saves a tensor.",
+    "B": "the gradient for a is grad_output * b, so MulBackward0 saves the values of b, detached or not; backward "
+    "frees them.",
+    "C": "the derivative of exp is exp itself: ExpBackward0 saves its result, and backward frees it.",
+    "D": "ExpandBackward0 sums the gradient back to a's shape and needs only that shape; SumBackward0 too.",
 }
 
 # Hints for a wrong item: the question to ask, not the verdict.
 _NUDGE = {
-    "A": "to pass a gradient back, does an addition need the values of a or b? Does .sum() need more than a shape?",
-    "B": "to send a gradient to a, MulBackward0 must multiply by b's value. Where does it get b from at backward time?",
-    "C": "the gradient for a is 2 * grad_output. Where does MulBackward0 find that 2 when backward runs?",
-    "D": "the derivatives of a - b are 1 and -1 whatever a and b are, and a mean only divides by a count.",
+    "A": "to hand each input its part of the gradient, does concatenation need the values of a and b, or only "
+    "where one ends and the other begins?",
+    "B": "detach() keeps b out of the graph. Does that change what the product needs, at backward time, to send a "
+    "its gradient?",
+    "C": "what is the derivative of exp(a), and where does ExpBackward0 find it when backward runs?",
+    "D": "expand copies a along a new dimension without reading its values; what does its backward do with the "
+    "incoming gradient?",
 }
 
 
@@ -331,6 +428,9 @@ def check_second_backward(answer) -> Feedback:
         belief = "You said none raises: but some nodes must keep a tensor for backward, and backward frees it. "
     lines = [f"{k} = {SECOND_BACKWARD[k]}: {_NUDGE[k]}" for k in off]
     return wrong(
-        f"{len(off)} of {len(keys)} not yet. {belief}Ask of each node: does its backward need a tensor saved in the "
-        "forward pass? (List them with [a for a in dir(node) if a.startswith('_saved_')].)\n" + "\n".join(lines)
+        f"{len(off)} of {len(keys)} not yet. {belief}Ask of each node: does its derivative need a value from the "
+        "forward pass? Only saved tensors are freed; a `_saved_` attribute that holds a number, a shape or None "
+        "(`_saved_alpha` of an addition, `_saved_self` of `w * x` when x needs no gradient) loses nothing. To "
+        "look, print each node's `_saved_` attributes, as section 2 does, and find the ones that hold tensors.\n"
+        + "\n".join(lines)
     )

@@ -23,15 +23,17 @@ from collections.abc import Mapping
 import torch
 
 from ..graphmodel import node_name
-from .answers import as_names, is_unanswered, read_number
+from .answers import as_names, is_unanswered
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = [
-    "GRAD_SNIPPET",
     "LEAVES_SNIPPET",
-    "check_grad_after_two_backwards",
+    "OUTCOMES",
+    "RECORDING",
     "check_leaves",
     "check_make_weight",
+    "check_recording",
+    "reference_recording",
     "run_snippet",
 ]
 
@@ -42,13 +44,6 @@ h = w * x
 loss = h.sum()
 v = w.detach()
 s = x * 2"""
-
-GRAD_SNIPPET = """\
-w = torch.tensor(3.0, requires_grad=True)
-for step in range(2):
-    loss = w ** 2 + 4 * w
-    loss.backward()"""
-
 
 def run_snippet(snippet: str) -> dict:
     """Run a snippet in a fresh namespace (with ``torch``) and return its tensors by name."""
@@ -145,69 +140,119 @@ def check_leaves(answer) -> Feedback:
     )
 
 
-# ---------------------------------------------------------------- exercise 2: .grad after two backward calls
+# ---------------------------------------------------------------- exercise 2: recorded, not recorded, or raises?
+
+RECORDING_X = "torch.tensor([1.5, -0.5, 2.0], requires_grad=True)"
+RECORDING = {
+    "A": "(x > 0).float()",
+    "B": "x - x.detach()",
+    "C": "x // 2",
+    "D": "torch.full_like(x, 2.0)",
+    "E": "torch.where(x > 0, x, 0.0)",
+}
+OUTCOMES = ("recorded", "not recorded", "raises")
+
+# Why each result has its outcome, and what to think about when a learner placed it elsewhere.
+_RECORDING_WHY = {
+    "A": "`x > 0` gives booleans, which record nothing, and `.float()` then converts a tensor that requires no grad: "
+         "the float dtype at the end does not bring back the history the comparison cut.",
+    "B": "its value is always 0, but recording never looks at values: `x` requires grad and enters the subtraction, "
+         "so it is recorded, and backward sends `x` a gradient of 1 (the detached copy gets none).",
+    "C": "`//` is `torch.floor_divide`: a float result from `x`, so it is recorded, but PyTorch has no derivative "
+         "formula for it; its node is `NotImplemented`, and backward raises when it reaches it.",
+    "D": "`full_like` reads only the shape, dtype and device of `x`, never its values: PyTorch declares such "
+         "factories non-differentiable, like `zeros_like`.",
+    "E": "the comparison inside records nothing, but `x` itself is an input of `torch.where` and the result is "
+         "float: recorded, and backward works (the gradient reaches the entries where the condition held).",
+}
 
 
-def _grad_slips(w: torch.Tensor, once: float, calls: int, loss_line: str) -> list:
-    """(value, hint) for the usual slips, each value computed from the snippet; the first match names the slip."""
-    expression = loss_line.split("=", 1)[1].strip()
-    terms = [t.strip() for t in expression.split(" + ")]
-    w_now = w.detach().clone().requires_grad_()
-    with torch.no_grad():
-        loss_value = float(eval(expression, {"torch": torch}, {"w": w_now}))  # the snippet's own line
-    trend, sign = ("grows with w", "positive") if once > 0 else ("falls as w grows", "negative")
-    slips = [
-        (once, f"{once:g} is what one backward call gives. The loop runs backward {calls} times, and each later "
-               "call adds its gradient to the .grad already there instead of replacing it."),
-        ((calls + 1) * once, f"that counts {calls + 1} backward calls; range({calls}) runs the loop body {calls} "
-                             "times."),
-        (-calls * once, f"right size, wrong sign: at this w the loss {trend}, so d(loss)/dw is {sign}."),
-        (-once, f"wrong sign, and only one call's worth: d(loss)/dw is {sign} here, and {calls} calls add up."),
-        (loss_value, f"that is the loss value ({loss_value:g} per step); .grad holds the derivative of the loss "
-                     "with respect to w, summed over the backward calls."),
-        (calls * loss_value, f"that sums the loss values ({loss_value:g} per step); .grad holds the derivative of "
-                             "the loss with respect to w, summed over the backward calls."),
-        (0.0, "nothing resets .grad here: no zero_grad() runs inside the loop. Each backward adds the derivative "
-              "of the loss with respect to w to .grad."),
-    ]
-    if len(terms) > 1:
-        for term in terms:
-            (part,) = torch.autograd.grad(eval(term, {"torch": torch}, {"w": w_now}), w_now)
-            others = " + ".join(t for t in terms if t != term)
-            hint = f"you differentiated only `{term}`; `{others}` depends on w too and adds its own derivative."
-            slips += [(calls * float(part), hint), (float(part), hint)]
-    return slips
+# A hint for each wrong place a result can be put: the mistaken belief, and the question of the table to ask.
+_RECORDING_NUDGE = {
+    ("A", "recorded"): "the result is float, but look at where it came from: `x > 0` gives booleans. Does "
+                       "`.float()` receive a tensor that requires grad?",
+    ("A", "raises"): "a node can raise at backward only if it was recorded first. Does `.float()` receive a tensor "
+                     "that requires grad?",
+    ("B", "not recorded"): "its value is always 0, but the decision table never asks about values. Does an input "
+                           "of the subtraction require grad?",
+    ("B", "raises"): "a subtraction has a derivative formula (1 for the first input, -1 for the second), whatever "
+                     "the inputs hold.",
+    ("C", "not recorded"): "`//` on a float tensor is `torch.floor_divide`, and its result is float. Which question "
+                           "of the table would stop it from being recorded?",
+    ("C", "recorded"): "recorded, yes. But does PyTorch have a derivative formula for `//` (`torch.floor_divide`)? "
+                       "Look at the table's last row.",
+    ("D", "recorded"): "what does `full_like` read from `x`: its values, or only its shape? Compare `zeros_like`.",
+    ("D", "raises"): "what does `full_like` read from `x`: its values, or only its shape? Compare `zeros_like`.",
+    ("E", "not recorded"): "the comparison inside records nothing, but is `x` itself an input of `torch.where`?",
+    ("E", "raises"): "`torch.where` only picks entries: its derivative is 1 where it picked from `x` and 0 elsewhere.",
+}
+
+
+def _recording_outcome(source: str) -> str:
+    x = eval(RECORDING_X, {"torch": torch})  # our own fixed strings, above
+    result = eval(source, {"torch": torch}, {"x": x})
+    if result.grad_fn is None:
+        return "not recorded"
+    try:
+        result.sum().backward()
+    except RuntimeError:
+        return "raises"
+    return "recorded"
+
+
+def reference_recording() -> dict[str, str]:
+    """For each result of exercise 2, its outcome in the decision table (run, not typed in)."""
+    return {key: _recording_outcome(src) for key, src in RECORDING.items()}
+
+
+def _as_outcome(value) -> str | None:
+    """One of OUTCOMES from the ways a learner may write it ("Not recorded", "recorded, then raises", ...)."""
+    if not isinstance(value, str):
+        return None
+    words = " ".join(value.lower().replace("-", " ").replace(",", " ").replace("_", " ").split())
+    if words in ("recorded", "not recorded", "unrecorded", "raises", "raise"):
+        return {"unrecorded": "not recorded", "raise": "raises"}.get(words, words)
+    if words.startswith("recorded") and "raise" in words and "not" not in words:
+        return "raises"  # "recorded then raises", "recorded, then backward raises"
+    return None
 
 
 @never_raises
-def check_grad_after_two_backwards(answer) -> Feedback:
-    """Exercise 2: the value of ``w.grad`` after ``GRAD_SNIPPET`` runs."""
-    value, problem = read_number(answer, "a number: the value of w.grad after the loop", "7.0")
-    if problem is not None:
-        return problem
-    w = run_snippet(GRAD_SNIPPET)["w"]
-    total = float(w.grad)
-    once = float(run_snippet(GRAD_SNIPPET.replace("range(2)", "range(1)"))["w"].grad)
-    calls = round(total / once)
-    loss_line = next(line.strip() for line in GRAD_SNIPPET.splitlines() if line.strip().startswith("loss ="))
-
-    def near(target):
-        return math.isfinite(value) and abs(value - target) <= 1e-6 * max(1.0, abs(target))
-
-    if near(total):
-        return correct(
-            f"w.grad = {total:g}: each backward adds d(loss)/dw = 2*w + 4 = {once:g} to .grad, "
-            f"and nothing cleared it in between ({calls} x {once:g})."
-        )
-    if not math.isfinite(value):
-        return wrong(f"{value} is not a finite number; after two backward calls .grad holds an ordinary number.")
-    hint = next((hint for target, hint in _grad_slips(w, once, calls, loss_line) if near(target)), None)
-    if hint is not None:
-        return wrong(hint)
-    return wrong(
-        f"{value:g} is not it. Work out d(loss)/dw for `{loss_line}` at w = {float(w.detach()):g}, then count how many "
-        "backward calls add it to w.grad."
-    )
+def check_recording(answer) -> Feedback:
+    """Exercise 2: {"A": "recorded" | "not recorded" | "raises", ...} for the results in ``RECORDING``."""
+    keys = list(RECORDING)
+    form = ("a dict {" + ", ".join(f'"{k}": ...' for k in keys)
+            + '} whose values are "recorded", "not recorded" or "raises"')
+    if is_unanswered(answer):
+        return unanswered(form)
+    if not isinstance(answer, Mapping):
+        return malformed(f"give {form}; got {type(answer).__name__}.")
+    given = {}
+    for key, value in answer.items():
+        name = key.strip().upper() if isinstance(key, str) else key
+        if name in given:
+            return malformed(f"the key {name!r} appears twice; give each of {', '.join(keys)} once.")
+        given[name] = value
+    missing, extra = [k for k in keys if k not in given], [k for k in given if k not in keys]
+    if missing or extra:
+        return malformed(f"give exactly the keys {', '.join(keys)}"
+                         + (f"; missing {', '.join(missing)}" if missing else "")
+                         + (f"; unknown {', '.join(map(repr, extra[:5]))}" if extra else "") + ".")
+    verdicts = {k: _as_outcome(given[k]) for k in keys}
+    unclear = [k for k in keys if verdicts[k] is None]
+    if unclear:
+        return malformed(f"{', '.join(unclear)}: each value must be one of \"recorded\", \"not recorded\" or "
+                         f"\"raises\"; got {given[unclear[0]]!r:.40}.")
+    truth = reference_recording()
+    off = [k for k in keys if verdicts[k] != truth[k]]
+    if not off:
+        return correct("every one placed right. " + " ".join(f"{k}: {_RECORDING_WHY[k]}" for k in keys))
+    belief = ""
+    if len(set(verdicts.values())) == 1:
+        belief = f"You gave every one the same outcome, {verdicts[keys[0]]!r}; the five land in all three. "
+    lines = [f"- {k} = {RECORDING[k]}: {_RECORDING_NUDGE[(k, verdicts[k])]}" for k in off]
+    return wrong(f"{len(off)} of {len(keys)} not yet. {belief}Walk each one down the decision table of section 2, "
+                 "question by question:\n" + "\n".join(lines))
 
 
 # ---------------------------------------------------------------- exercise 3: repair a snippet whose .grad is None
