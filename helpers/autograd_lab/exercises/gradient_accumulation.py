@@ -6,8 +6,6 @@
   ``zero_grad``, a loop that does not really accumulate). The loop may call ``model(x)`` or
   ``model.forward(x)``: both are watched.
 - ``check_step_counts(answer)``: how many optimizer steps three loops take for n = 50, k = 8.
-- ``check_token_weights(answer)``: the weight of each micro-batch's mean loss when the
-  micro-batches hold different numbers of real tokens.
 """
 
 from __future__ import annotations
@@ -19,11 +17,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .answers import as_int, as_number, close, is_unanswered, read_function
+from .answers import as_int, close, is_unanswered, read_function
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 from .loops import pass_mistake, record_passes
 
-__all__ = ["check_training_loop", "check_step_counts", "check_token_weights", "STEP_COUNT_TASK", "TOKEN_COUNTS"]
+__all__ = ["check_training_loop", "check_step_counts", "STEP_COUNT_TASK"]
 
 # --------------------------------------------------------------------------- 1. fix the seed's loop
 
@@ -431,57 +429,3 @@ def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT
             hints.append(f"{name}: one step per group of {k} consecutive micro-batches, the last group possibly "
                          f"shorter: ceil({n} / {k}).")
     return wrong(f"with n = {n}, k = {k}: " + " ".join(hints))
-
-
-# --------------------------------------------------------------------------- 3. weights for token counts
-
-TOKEN_COUNTS = (3, 12, 5)
-
-
-@never_raises
-def check_token_weights(answer, counts=TOKEN_COUNTS) -> Feedback:
-    """``answer``: the factor for each micro-batch's mean token loss so their sum is the full batch's mean."""
-    form = f"a list of {len(counts)} numbers, one factor per micro-batch, e.g. [0.5, 0.25, 0.25]"
-    if is_unanswered(answer):
-        return unanswered(form)
-    items = _as_list(answer)
-    factors = [as_number(a) for a in items] if items is not None else []
-    if len(factors) != len(counts) or None in factors:
-        return malformed(f"answer should be {form}.")
-    if not all(math.isfinite(a) for a in factors):
-        return malformed("every factor must be a finite number; yours include NaN or infinity.")
-    answer = factors
-    total = sum(counts)
-    expected = [c / total for c in counts]
-    if all(math.isclose(a, e, rel_tol=1e-6, abs_tol=1e-9) for a, e in zip(answer, expected)):
-        return correct(
-            "each micro-batch's mean is weighted by its share of the real tokens, n_i / N. "
-            "Equivalently: sum each micro-batch's token losses and divide by num_items_in_batch = "
-            f"{total}, the total counted before the loop."
-        )
-    k = len(counts)
-    if all(math.isclose(a, c, rel_tol=1e-6) for a, c in zip(answer, counts)):
-        return wrong(
-            f"these are the token counts themselves; as factors they multiply the full-batch mean by {total}. "
-            f"Divide each by the total number of real tokens, {total}."
-        )
-    if all(math.isclose(a, 1 / k, rel_tol=1e-6) for a in answer):
-        return wrong(
-            f"1/{k} each is dividing by k: a micro-batch with {min(counts)} real tokens then weighs as much as one "
-            f"with {max(counts)}, so each of its tokens counts {max(counts) / min(counts):.3g} times as much. This "
-            "was the October 2024 bug in Hugging Face transformers. Weigh each mean by its share of the tokens."
-        )
-    if all(math.isclose(a, 1 / total, rel_tol=1e-6) for a in answer):
-        return wrong(
-            f"1/{total} each would fit token losses that are summed per micro-batch; here each micro-batch "
-            "loss is already a mean over its own tokens, so multiply it back by its token count first."
-        )
-    if not math.isclose(sum(answer), 1.0, rel_tol=1e-6):
-        return wrong(
-            f"your factors add up to {sum(answer):.4g}; for a mean over all tokens they must add up to 1 "
-            "(the full batch's mean is a weighted average of the micro-batch means)."
-        )
-    return wrong(
-        "the factors add up to 1 but are not in the right proportion: a micro-batch's share of the "
-        f"full-batch mean is its share of the real tokens, {' / '.join(map(str, counts))} out of {total}."
-    )
