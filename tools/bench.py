@@ -63,6 +63,20 @@ SUITE_TARGETS = (
 # notebook's kernel right after that cell. tests/tools/test_bench_claims.py checks that the cells and names exist.
 TIMING_CLAIMS = {
     "03_vectorized_vs_looped.ipynb": ("split", [
+        ("03: the MLP's loop is more than 10x slower than the vectorized loss at N = 1000",
+         "times['MLP 16-64-1', 'looped_loss', 1000] > 10 * times['MLP 16-64-1', 'vectorized_loss', 1000]"),
+        ("03: and the MLP's ratio grows with N",
+         "times['MLP 16-64-1', 'looped_loss', 1000] / times['MLP 16-64-1', 'vectorized_loss', 1000]"
+         " > times['MLP 16-64-1', 'looped_loss', 10] / times['MLP 16-64-1', 'vectorized_loss', 10]"),
+        ("03: the conv net's loop costs less than 3x the vectorized time at every N",
+         "all(times['conv net', 'looped_loss', n] < 3 * times['conv net', 'vectorized_loss', n]"
+         " for n in MODELS['conv net'][3])"),
+        ("03: and the conv net's ratio does not grow with N (at most 1.5x from the smallest N to the largest)",
+         "times['conv net', 'looped_loss', MODELS['conv net'][3][-1]] / times['conv net', 'vectorized_loss',"
+         " MODELS['conv net'][3][-1]] < 1.5 * times['conv net', 'looped_loss', MODELS['conv net'][3][0]]"
+         " / times['conv net', 'vectorized_loss', MODELS['conv net'][3][0]]"),
+        ("03: torch.func.vmap computes the per-sample gradients more than 3x faster than the loop",
+         "speedup > 3"),
         ("03: backward costs the loop more per extra sample than the forward pass or recording",
          "split_us['backward'] > max(split_us[PHASES[0]], split_us['recording'])"),
         ("03: a forward ATen operation of the loop costs 1/3x to 10x an addition",

@@ -33,7 +33,6 @@ _HOMES = {
     "draw_update_timeline": "timeline",
     "environment_report": "env",
     "graph_nodes": "graph",
-    "held_bytes": "measure",
     "line_chart": "svg",
     "live": "widgets",
     "run_button": "widgets",

@@ -2,6 +2,8 @@
 # Three fixes: step at the end of each group of k, (i + 1) % k == 0, not (i - 1); step at the last
 # micro-batch too, so the tail group is not left in .grad; scale each micro-batch's mean loss by its
 # share of its group's samples, so that unequal sizes (and a short tail group) still give the group mean.
+# (Dividing at the step, as in section 3, is right too: sum-reduce each loss, count the group's samples as they
+# come, and divide .grad by that count right before optimizer.step().)
 def train_epoch(model, loss_fn, optimizer, micro_batches, k):
     n = len(micro_batches)
     for i, (x, y) in enumerate(micro_batches):

@@ -42,7 +42,13 @@ def _end_of_group(i, n, k):
     return (i + 1) % k == 0 or i + 1 == n
 
 
-def loop(*, step_when=_end_of_group, scale="share", zero="after step", logging=None):
+def _first_size_assumed(x, micro_batches, i, k):
+    """The group's samples counted as if every micro-batch but its last held as many as the epoch's first."""
+    group = _group(micro_batches, i, k)
+    return len(x) / (len(micro_batches[0][0]) * (len(group) - 1) + len(group[-1][0]))
+
+
+def loop(*, step_when=_end_of_group, scale="share", zero="after step", logging=None, call="model(x)"):
     """A learner's train_epoch: one backward per micro-batch, with a chosen step condition, scaling and reset."""
 
     def train_epoch(model, loss_fn, optimizer, micro_batches, k):
@@ -52,7 +58,9 @@ def loop(*, step_when=_end_of_group, scale="share", zero="after step", logging=N
         for i, (x, y) in enumerate(micro_batches):
             if zero == "group start" and i % k == 0:
                 model.zero_grad()
-            loss = loss_fn(model(x), y)
+            if zero == "every micro-batch":
+                optimizer.zero_grad()
+            loss = loss_fn(model(x) if call == "model(x)" else model.forward(x), y)
             if logging == "no_grad":
                 with torch.no_grad():
                     model(x)
@@ -61,11 +69,12 @@ def loop(*, step_when=_end_of_group, scale="share", zero="after step", logging=N
                     model(x)
             factor = {"share": _share(x, micro_batches, i, k), "k": 1 / k, "none": 1.0,
                       "k twice": 1 / k**2, "group": 1 / len(_group(micro_batches, i, k)),
-                      "fixed 4": len(x) / (4 * len(_group(micro_batches, i, k)))}[scale]
+                      "fixed 4": len(x) / (4 * len(_group(micro_batches, i, k))),
+                      "first size": _first_size_assumed(x, micro_batches, i, k)}[scale]
             (loss * factor).backward()
             if step_when(i, n, k):
                 optimizer.step()
-                if zero in ("after step", "before loop"):
+                if zero in ("after step", "before loop", "every micro-batch"):
                     optimizer.zero_grad(set_to_none=zero == "after step")
 
     return train_epoch
@@ -128,6 +137,20 @@ def leaves_the_tail_in_grad(model, loss_fn, optimizer, micro_batches, k):
             optimizer.zero_grad()
         elif i + 1 == n:
             optimizer.step()
+
+
+def divide_at_step(model, loss_fn, optimizer, micro_batches, k):
+    """Sum-reduce each micro-batch, count the samples as they come, divide .grad once before the step."""
+    n, seen = len(micro_batches), 0
+    for i, (x, y) in enumerate(micro_batches):
+        (loss_fn(model(x), y) * len(x)).backward()  # the micro-batch's sum of squared errors
+        seen += len(x)
+        if _end_of_group(i, n, k):
+            for p in model.parameters():
+                p.grad /= seen
+            optimizer.step()
+            optimizer.zero_grad()
+            seen = 0
 
 
 def no_backward(model, loss_fn, optimizer, micro_batches, k):
@@ -219,6 +242,9 @@ WRONG_LOOPS = {
     "k hard-coded to 10": (hard_coded_k, "full-batch training steps after 4, 8, 12"),
     "n hard-coded to 25": (hard_coded_n, "never reach an optimizer step"),
     "logging forward with gradients": (grad_logging_forward, "ran the model 50 times with gradients on"),
+    "zero_grad at the top of every micro-batch": (loop(zero="every micro-batch"), "wipes what you accumulated"),
+    "every micro-batch assumed as large as the first": (loop(scale="first size"),
+                                                         "hold 4, 2, 5, 3 samples"),
     "summed losses, one autograd.grad, assigned to .grad": (
         grad_summed_assigned, "one torch.autograd.grad call went through the losses of 10 micro-batches"),
     "summed losses, one autograd.grad, added into .grad": (
@@ -241,7 +267,7 @@ def test_04_autograd_grad_loop_hint_says_to_compute_once_per_micro_batch():
 def test_04_non_accumulating_loops_have_the_right_gradient_and_still_fail():
     """The reason they need their own detection: compared by numbers alone, they are full-batch training."""
     for fn in (summed_losses, concatenated_outputs, grad_summed_assigned, grad_summed_added):
-        batches, model = ex04._data(25, 4, 4, 0)
+        batches, model = ex04._data((4,) * 25, 0)
         ref, _ = ex04._reference(model, batches, 10)
         run = ex04._run_learner(fn, model, batches, 10)
         assert run.steps.positions == ref.positions
@@ -259,6 +285,8 @@ RIGHT_LOOPS = {
     "extra logging forward under no_grad": loop(logging="no_grad"),
     "extra logging forward in inference mode": loop(logging="inference_mode"),
     "torch.autograd.grad per micro-batch, added into .grad": grad_per_micro_batch,
+    "model.forward(x) instead of model(x)": loop(call="model.forward(x)"),
+    "sum-reduced, divided once at the step by the samples counted": divide_at_step,
 }
 
 
@@ -353,7 +381,7 @@ def test_training_loop_check_reports_a_crash_and_bad_forms():
     assert ex04.check_training_loop(lambda model: None).status == "malformed"
 
 
-# ================================================================== exercises 2 and 3: step counts, token weights
+# ================================================================== exercise 2: step counts
 
 
 @pytest.mark.parametrize("answer", [
@@ -382,34 +410,6 @@ def test_04_step_counts_malformed_never_raises(answer):
     assert ex04.check_step_counts(answer).status == "malformed"
 
 
-@pytest.mark.parametrize("answer", [
-    [0.15, 0.6, 0.25], (3 / 20, 12 / 20, 5 / 20), np.array([3, 12, 5]) / 20, torch.tensor([3.0, 12.0, 5.0]) / 20,
-    [Fraction(3, 20), Fraction(3, 5), Fraction(1, 4)], [np.float32(0.15), np.float32(0.6), np.float32(0.25)],
-], ids=["list", "tuple", "numpy", "tensor", "fractions", "float32"])
-def test_04_token_weights_right_in_any_number_type(answer):
-    assert ex04.check_token_weights(answer).passed
-
-
-@pytest.mark.parametrize("answer, words", [
-    ([1 / 3] * 3, "October 2024"),
-    ([1 / 20] * 3, "summed per micro-batch"),
-    ([3, 12, 5], "token counts themselves"),
-    ([0.2, 0.3, 0.6], "add up to 1.1"),
-    ([0.3, 0.3, 0.4], "right proportion"),
-    ([0.6, 0.15, 0.25], "right proportion"),  # the right numbers in the wrong order
-])
-def test_04_token_weights_wrong_get_their_hint(answer, words):
-    assert _is_wrong_with(ex04.check_token_weights(answer), words)
-
-
-@pytest.mark.parametrize("answer", [
-    "0.15", [0.5, 0.5], [0.1, "a", 0.2], [float("nan"), 0.5, 0.5], [float("inf"), 0, 0],
-    torch.zeros(3, device="meta"), [1 + 2j, 0, 0], 0.5,
-])
-def test_04_token_weights_malformed_never_raises(answer):
-    assert ex04.check_token_weights(answer).status == "malformed"
-
-
 def test_step_counts_check():
     assert ex04.check_step_counts((7, 6, 7)).passed
     assert ex04.check_step_counts(...).status == "unanswered"
@@ -421,15 +421,3 @@ def test_step_counts_check():
     assert fb.status == "wrong" and "the last 2 micro-batches form no full group" in fb.message
     fb = ex04.check_step_counts((7, 6, 6))
     assert fb.status == "wrong" and "ceil(50 / 8)" in fb.message
-
-
-def test_token_weights_check():
-    assert ex04.check_token_weights([0.15, 0.6, 0.25]).passed
-    assert ex04.check_token_weights(torch.tensor([3.0, 12.0, 5.0]) / 20).passed
-    assert ex04.check_token_weights(...).status == "unanswered"
-    for bad in ("0.15", [0.5, 0.5], [0.1, "a", 0.2]):
-        assert ex04.check_token_weights(bad).status == "malformed"
-    assert "October 2024" in ex04.check_token_weights([1 / 3] * 3).message
-    assert "summed per micro-batch" in ex04.check_token_weights([1 / 20] * 3).message
-    assert "add up to 1.1" in ex04.check_token_weights([0.2, 0.3, 0.6]).message
-    assert "right proportion" in ex04.check_token_weights([0.3, 0.3, 0.4]).message

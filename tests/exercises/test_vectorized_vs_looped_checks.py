@@ -39,8 +39,9 @@ def scalar_model():
     return model
 
 
-def looped_nodes(n):
-    model = torch.nn.Linear(1, 1, bias=False)
+def looped_nodes(n, bias=True):
+    """Exercise 1's truth: the looped graph of the scalar model with a bias (bias=False: section 2's model)."""
+    model = torch.nn.Linear(1, 1, bias=bias)
     x = torch.arange(1.0, n + 1).unsqueeze(1)
     return lab.count_nodes(torch.stack([(2 * x[k] - model(x[k])) ** 2 for k in range(n)]).mean())
 
@@ -93,7 +94,9 @@ def per_sample_and_shared():
         (lambda p, s: p * 51 + s, "count for N = 51"),
         (lambda p, s: p * 50, "not the nodes all samples share"),
         (lambda p, s: p * 50 + s + 1, "off by one"),
-        (lambda p, s: (p + 1) * 50 + s - 1, "shared by every path"),
+        (lambda p, s: (p + 2) * 50 + s - 2, "shared by every path"),
+        (lambda p, s: looped_nodes(50, bias=False), "without the bias"),
+        (lambda p, s: looped_nodes(50, bias=False) + 50, "one leaf shared by every sample"),
         (lambda p, s: 2 * p + s, "the count for N = 2"),
         (lambda p, s: 0, "cannot be"),
         (lambda p, s: -(p * 50 + s), "cannot be"),
@@ -134,9 +137,9 @@ def test_ex1_reference_is_the_loop_tested_here():
     )
 
 
-def _counts(n):
+def _counts(n, model=lambda: nn.Linear(1, 1)):
     x = torch.randn(n, 1)
-    return lab.count_nodes(loop_loss(scalar_model(), x, x[:, 0]))
+    return lab.count_nodes(loop_loss(model(), x, x[:, 0]))
 
 
 def test_ex1_right_answer_passes():
@@ -149,19 +152,43 @@ def test_ex1_right_answer_passes():
 
 def test_ex1_each_slip_gets_its_hint():
     per_sample, shared = _counts(2) - _counts(1), 2 * _counts(1) - _counts(2)
-    vectorized = lab.count_nodes(mean_loss(scalar_model(), torch.ones(5, 1), torch.ones(5)))
+    vectorized = lab.count_nodes(mean_loss(nn.Linear(1, 1), torch.ones(5, 1), torch.ones(5)))
     cases = {
         vectorized: "does not depend on N",
         per_sample * 50: "not the nodes all samples share",
-        (per_sample + 1) * 50 + shared - 1: "shared by every path",
+        (per_sample + 2) * 50 + shared - 2: "shared by every path",
+        _counts(50, scalar_model): "without the bias",
         _counts(2): "the count for N = 2",
         per_sample * 50 + shared + 1: "off by one",
-        per_sample * 50 + shared - 1: "off by one",
+        # one less than the truth is also the count without the bias: that hint comes first (above)
         12345: "(nodes per sample) x N + (nodes shared by all samples)",
     }
     for answer, hint in cases.items():
         fb = vl.check_looped_nodes(answer, n=50)
         assert fb.status == "wrong" and hint in fb.message, (answer, fb)
+
+
+def test_ex1_asks_for_a_model_and_size_the_notebook_never_prints():
+    """Exercise 1 is not answered by an earlier output: no cell builds the model with a bias, and no output shows
+    the count it asks for."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    before = cells[: next(i for i, c in enumerate(cells) if c.get("id") == "ex1")]
+    code = "".join("".join(c["source"]) for c in before if c["cell_type"] == "code")
+    shown = json.dumps([c.get("outputs", []) for c in before])
+    assert "nn.Linear(1, 1)" not in code and str(looped_nodes(50)) not in shown
+
+
+def test_vectorized_refuses_a_divisor_summed_by_a_builtin_over_python_numbers():
+    hidden = [
+        lambda w, x, y, v: (v * (x @ w - y) ** 2).sum() / sum(v.tolist()),
+        lambda w, x, y, v: (v * (x @ w - y) ** 2).sum() / __import__("math").fsum(v.tolist()),
+        lambda w, x, y, v: (v * (x @ w - y) ** 2).sum() / float(sum(v.numpy())),
+    ]
+    for fn in hidden:
+        fb = vl.check_vectorized_loss(fn)
+        assert fb.status == "wrong" and "inside a builtin" in fb.message, fb
+    # one number turned into Python is no loop: a divisor summed by torch, then read with .item(), passes
+    assert vl.check_vectorized_loss(lambda w, x, y, v: (v * (x @ w - y) ** 2).sum() / v.sum().item()).passed
 
 
 @pytest.mark.parametrize("answer", ["253", 25.5, True, [253]])

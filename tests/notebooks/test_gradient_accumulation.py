@@ -81,6 +81,50 @@ def test_mlp_full_batch_and_accumulated_training_end_equal(make):
         torch.testing.assert_close(p, q)
 
 
+def _centred_linear(seed):
+    """A linear model on centred inputs and targets: its 16 biases have an exact gradient of 0 at zero."""
+    torch.manual_seed(seed)
+    X = torch.randn(64, 8)
+    X -= X.mean(0)
+    Y = X @ torch.randn(8, 16)
+    model = nn.Linear(8, 16)
+    nn.init.zeros_(model.bias)
+    return model, X, Y
+
+
+def _one_step(model, make, X, Y, k):
+    model = copy.deepcopy(model)
+    opt = make(model.parameters())
+    for x, y in zip(X.chunk(k), Y.chunk(k)):
+        (F.mse_loss(model(x), y) / k).backward()
+    grad = model.bias.grad.clone()
+    opt.step()
+    return model, grad
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_equal_gradients_give_equal_sgd_steps_but_adam_moves_zero_gradient_biases_by_a_fraction_of_lr(seed):
+    """The boundary of "full batch and accumulation agree for SGD and Adam alike": with Adam a rounding-level
+    gradient becomes an lr-sized step, so parameters whose exact gradient is 0 part."""
+    model, X, Y = _centred_linear(seed)
+    lr = 0.01
+    (sgd_full, g_full), (sgd_acc, g_acc) = (_one_step(model, lambda p: torch.optim.SGD(p, lr=lr), X, Y, k)
+                                            for k in (1, 4))
+    assert g_full.abs().max() < 1e-6 and g_acc.abs().max() < 1e-6  # rounding of an exact 0
+    assert (sgd_full.bias - sgd_acc.bias).abs().max() < 1e-6
+    (adam_full, _), (adam_acc, _) = (_one_step(model, lambda p: torch.optim.Adam(p, lr=lr), X, Y, k) for k in (1, 4))
+    assert (adam_full.weight - adam_acc.weight).abs().max() < 1e-6  # gradients well above eps: equal steps
+    assert (adam_full.bias - adam_acc.bias).abs().max() > lr / 10
+
+
+@pytest.mark.parametrize("g", [1e-3, 1e-7, 1e-8, 1e-9, 0.0])
+def test_adams_first_step_is_lr_times_g_over_abs_g_plus_eps(g):
+    p = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    p.grad = torch.full_like(p, g)
+    torch.optim.Adam([p], lr=1.0, eps=1e-8).step()
+    assert -p.item() == pytest.approx(g / (abs(g) + 1e-8), rel=1e-9, abs=1e-15)
+
+
 # --------------------------------------------------------------------------- memory
 
 
@@ -262,6 +306,53 @@ def test_dividing_by_k_is_wrong_for_a_7_3_split_and_both_fixes_are_exact():
     torch.testing.assert_close(by_k, full)  # equal sizes: / k is right
 
 
+def _divide_at_step(model, micro_batches, summed_loss, count):
+    seen = 0
+    for x, y in micro_batches:
+        summed_loss(model(x), y).backward()
+        seen += count(y)
+    for p in model.parameters():
+        p.grad /= seen
+
+
+@pytest.mark.parametrize("sizes", [[7, 3], [1, 9], [2, 3, 5], [4, 4, 4, 1]])
+def test_summing_and_dividing_once_at_the_step_needs_no_count_in_advance(sizes):
+    """The boundary of "both fixes need N before the loop starts": counting as the micro-batches stream is exact."""
+    full, by_k, _, _ = _split_grads(sizes)
+    torch.manual_seed(1)
+    X, Y = torch.randn(24, 3), torch.randn(24, 1)
+    lin = nn.Linear(3, 1)
+    N = sum(sizes)
+    _divide_at_step(lin, list(zip(X[:N].split(sizes), Y[:N].split(sizes))),
+                    lambda out, y: F.mse_loss(out, y, reduction="sum"), len)
+    at_step = torch.cat([p.grad.reshape(-1) for p in lin.parameters()])
+    assert (at_step - full).abs().max() < 1e-6
+    assert (by_k - full).abs().max() > 0.05  # while dividing by k is off for each of these splits
+
+
+def test_the_equal_size_recipe_is_right_only_for_equal_micro_batches():
+    """What the notebook's repaired recipe (divide by the group's size in micro-batches) assumes."""
+    def recipe(batches, k):
+        torch.manual_seed(0)
+        model = nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        n = len(batches)
+        for i, (x, y) in enumerate(batches):
+            (F.mse_loss(model(x), y) / min(k, n - (i // k) * k)).backward()
+            if CORRECT(i, n, k):
+                opt.step()
+                opt.zero_grad()
+        return model
+
+    def err(batches, k):
+        ref = _full_batch(batches, k)
+        return max((p - q).abs().max().item() for p, q in zip(recipe(batches, k).parameters(), ref.parameters()))
+
+    assert err(_batches(25), 10) < 1e-6
+    short_last = _batches(24) + _batches(1, size=1, seed=3)
+    assert err(short_last, 10) > 1e-3
+
+
 def test_token_level_padding_naive_scaling_is_wrong_num_items_in_batch_is_right():
     torch.manual_seed(2)
     vocab, length = 11, 8
@@ -287,6 +378,9 @@ def test_token_level_padding_naive_scaling_is_wrong_num_items_in_batch_is_right(
     fixed = grad(micro, lambda o, lab_: ce(o, lab_, reduction="sum") / num_items)
     assert ((naive - full).norm() / full.norm()).item() > 0.1
     torch.testing.assert_close(fixed, full)
+    streamed = copy.deepcopy(lm)  # the same without counting first: real tokens counted as they come
+    _divide_at_step(streamed, micro, lambda o, lab_: ce(o, lab_, reduction="sum"), lambda lab_: (lab_ != -100).sum())
+    torch.testing.assert_close(torch.cat([p.grad.reshape(-1) for p in streamed.parameters()]), full)
 
 
 # --------------------------------------------------------------------------- boundary: "saves 1/k of the saved tensors"

@@ -1,11 +1,11 @@
 """Checks for notebook 04, gradient accumulation.
 
 - ``check_training_loop(train_epoch)``: the learner's fixed accumulation loop, run for two epochs
-  against full-batch training on random data; differences are explained (step positions, the
-  tail, the loss scaling, a missing ``zero_grad``, a loop that does not really accumulate).
+  against full-batch training on random data, with micro-batches of unequal sizes among them;
+  differences are explained (step positions, the tail, the loss scaling, a missing or misplaced
+  ``zero_grad``, a loop that does not really accumulate). The loop may call ``model(x)`` or
+  ``model.forward(x)``: both are watched.
 - ``check_step_counts(answer)``: how many optimizer steps three loops take for n = 50, k = 8.
-- ``check_token_weights(answer)``: the weight of each micro-batch's mean loss when the
-  micro-batches hold different numbers of real tokens.
 """
 
 from __future__ import annotations
@@ -17,23 +17,25 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .answers import as_int, as_number, close, is_unanswered, read_function
+from .answers import as_int, close, is_unanswered, read_function
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 from .loops import pass_mistake, record_passes
 
-__all__ = ["check_training_loop", "check_step_counts", "check_token_weights", "STEP_COUNT_TASK", "TOKEN_COUNTS"]
+__all__ = ["check_training_loop", "check_step_counts", "STEP_COUNT_TASK"]
 
 # --------------------------------------------------------------------------- 1. fix the seed's loop
 
-# (number of micro-batches, k, samples per micro-batch, samples in the last micro-batch)
+# (k, the samples of each micro-batch): an epoch of len(sizes) micro-batches.
 _SCENARIOS = [
-    (25, 10, 4, 4),  # the seed's setting: a tail group of 5
-    (12, 4, 4, 4),  # no tail
-    (7, 3, 4, 4),  # a tail group of 1
-    (3, 5, 4, 4),  # fewer micro-batches than k: one short update
-    (10, 4, 4, 1),  # the last micro-batch is short, as a DataLoader without drop_last gives it
-    (9, 2, 5, 3),  # other sizes: nothing may be tuned to 4 samples
-    (4, 1, 3, 3),  # k = 1: every micro-batch is a full batch
+    (10, (4,) * 25),  # the seed's setting: a tail group of 5
+    (4, (4,) * 12),  # no tail
+    (3, (4,) * 7),  # a tail group of 1
+    (5, (4,) * 3),  # fewer micro-batches than k: one short update
+    (4, (4,) * 9 + (1,)),  # the last micro-batch is short, as a DataLoader without drop_last gives it
+    (2, (5,) * 8 + (3,)),  # other sizes: nothing may be tuned to 4 samples
+    (1, (3,) * 4),  # k = 1: every micro-batch is a full batch
+    (4, (4, 2, 5, 3, 6, 1, 4, 4, 2, 5, 3)),  # unequal sizes inside every group, not only at the end
+    (3, (1, 4, 4, 2, 6, 3, 5, 2)),  # the first micro-batch is the smallest: nothing may assume its size
 ]
 _EPOCHS = 2  # the second epoch shows whether a gradient left in .grad leaks into it
 _LR = 0.1
@@ -41,12 +43,12 @@ _LR = 0.1
 _SIGNATURE = "train_epoch(model, loss_fn, optimizer, micro_batches, k)"
 
 
-def _data(n, size, last, seed):
+def _data(sizes, seed):
+    """Micro-batches of the given sizes from y = x @ w_true + noise, and a model to start from."""
     g = torch.Generator().manual_seed(seed)
     w_true = torch.randn(3, 1, generator=g)
     batches = []
-    for i in range(n):
-        m = last if i == n - 1 else size
+    for m in sizes:
         x = torch.randn(m, 3, generator=g)
         y = x @ w_true + 0.3 * torch.randn(m, 1, generator=g)
         batches.append((x, y))
@@ -70,6 +72,7 @@ class _Steps:
 
     positions: list = field(default_factory=list)  # one list per epoch
     grads: list = field(default_factory=list)  # one list per epoch
+    last_alone: list = field(default_factory=list)  # reference, epoch 1: each group's last micro-batch alone
 
 
 def _reference(model, batches, k):
@@ -82,6 +85,10 @@ def _reference(model, batches, k):
         steps.grads.append([])
         for start in range(0, len(batches), k):
             group = batches[start:start + k]
+            if len(steps.positions) == 1:  # what a loop that resets .grad before every backward() would step with
+                nn.MSELoss()(model(group[-1][0]), group[-1][1]).backward()
+                steps.last_alone.append(_flat_grad(model))
+                opt.zero_grad()
             x = torch.cat([x for x, _ in group])
             y = torch.cat([y for _, y in group])
             nn.MSELoss()(model(x), y).backward()
@@ -113,9 +120,34 @@ class _LearnerRun:
     model: nn.Module
 
 
+def _forward_through_call(model: nn.Module) -> nn.Module:
+    """Make ``model.forward(x)`` run as ``model(x)`` does, hooks included, so that a loop is watched the same
+    whichever of the two it calls. (The model's class is swapped for a subclass of the same name.)"""
+    base = type(model)
+
+    class Watched(base):
+        _in_call = 0
+
+        def __call__(self, *args, **kwargs):
+            self._in_call += 1
+            try:
+                return super().__call__(*args, **kwargs)
+            finally:
+                self._in_call -= 1
+
+        def forward(self, *args, **kwargs):
+            if self._in_call:
+                return base.forward(self, *args, **kwargs)
+            return self(*args, **kwargs)
+
+    Watched.__name__, Watched.__qualname__ = base.__name__, base.__qualname__
+    model.__class__ = Watched
+    return model
+
+
 def _run_learner(fn, model, batches, k):
     """Run the learner's loop for two epochs on a copy, recording after how many micro-batches each step ran."""
-    model = copy.deepcopy(model)
+    model = _forward_through_call(copy.deepcopy(model))
     opt = torch.optim.SGD(model.parameters(), lr=_LR)
     loss_fn = _RecordingLoss()
     steps, forwards = _Steps(), []
@@ -144,11 +176,13 @@ def _ratio(a, b):
 class _Problem:
     """One scenario of the check and its full-batch reference."""
 
-    n: int
     k: int
-    size: int
-    last: int
+    sizes: tuple  # the samples of each micro-batch
     ref: _Steps
+
+    @property
+    def n(self):
+        return len(self.sizes)
 
     @property
     def setting(self):
@@ -156,7 +190,11 @@ class _Problem:
 
     @property
     def largest(self):
-        return max(self.size, self.last)
+        return max(self.sizes)
+
+    def group_sizes(self, j):
+        """The samples of each micro-batch of update j (0-based) of an epoch."""
+        return self.sizes[j * self.k:(j + 1) * self.k]
 
 
 def _explain_passes(p: _Problem, run: _LearnerRun):
@@ -214,7 +252,8 @@ def _explain_scale(p: _Problem, j, c, members):
             f"{p.setting}, the last update (micro-batches {first} to {last_mb}, a group of {members}) used "
             f"{c:.3g} times the full-batch gradient: you divided its losses by k = {p.k}, but the group holds "
             f"only {members} micro-batch{'es' * (members != 1)}. Divide by the group's real size, "
-            "min(k, n - (i // k) * k)."
+            "min(k, n - (i // k) * k), or weigh each loss by len(x) / (samples in its group), which stays right "
+            "when micro-batches differ in size."
         )
     if p.k > 1 and math.isclose(c, 1 / p.k, rel_tol=1e-3):
         return wrong(
@@ -240,15 +279,25 @@ def _explain_grads(p: _Problem, grads):
         if float(g.norm()) == 0:
             return wrong(f"{p.setting}, update {j + 1} used a zero gradient: no backward() reached the model "
                          "between the last reset of .grad and optimizer.step().")
+        alone = p.ref.last_alone[j]
+        if last_mb > first and _ratio(g, alone) > 0 and close(g, _ratio(g, alone) * alone):
+            return wrong(
+                f"{p.setting}, update {j + 1} used only the gradient of its last micro-batch ({last_mb}): .grad is "
+                "reset between the backward() calls of a group. A zero_grad() at the top of every micro-batch "
+                "wipes what you accumulated; reset once per group, right after optimizer.step()."
+            )
         fb = _explain_scale(p, j, _ratio(g, g_ref), last_mb - first + 1)
         if fb is not None:
             return fb
-        if p.last != p.size and last_mb == p.n:
+        sizes = p.group_sizes(j)
+        if len(set(sizes)) > 1:
             return wrong(
-                f"{p.setting}, the last micro-batch holds {p.last} sample{'s' * (p.last != 1)} where the others "
-                f"hold {p.size}, and the last update's gradient is off (relative error {_relative_error(g, g_ref)}). "
-                "Dividing each micro-batch mean by the number of micro-batches weighs a short micro-batch's samples "
-                "too much: multiply each micro-batch loss by len(x) / (samples in its group) instead."
+                f"{p.setting}, the micro-batches of update {j + 1} hold {', '.join(map(str, sizes))} samples, and "
+                f"its gradient is off (relative error {_relative_error(g, g_ref)}): each micro-batch mean must "
+                "count by its share of the group's samples, whatever the sizes of the others (dividing by the "
+                "number of micro-batches, or assuming they hold as many samples as the first, weighs them "
+                "wrongly). Multiply each micro-batch loss by len(x) / (samples in its group), or sum-reduce it "
+                "and divide .grad once, before the step, by the samples you counted."
             )
         return wrong(
             f"{p.setting}, update {j + 1} used a gradient that differs from the full-batch gradient of micro-batches "
@@ -296,10 +345,10 @@ def check_training_loop(train_epoch) -> Feedback:
                             f"{_SIGNATURE}", _SIGNATURE, 5)
     if problem is not None:
         return problem
-    for seed, (n, k, size, last) in enumerate(_SCENARIOS):
-        batches, model = _data(n, size, last, seed)
+    for seed, (k, sizes) in enumerate(_SCENARIOS):
+        batches, model = _data(sizes, seed)
         ref, ref_model = _reference(model, batches, k)
-        problem = _Problem(n, k, size, last, ref)
+        problem = _Problem(k, sizes, ref)
         try:
             run = _run_learner(train_epoch, model, batches, k)
         except Exception as err:  # the learner's code: report, never raise
@@ -313,11 +362,11 @@ def check_training_loop(train_epoch) -> Feedback:
                     f"{problem.setting}, each update used the right gradient, yet the final parameters differ from "
                     "full-batch training: use the optimizer you are given, and step it once per group."
                 )
-    tried = ", ".join(f"(n={n}, k={k})" for n, k, *_ in _SCENARIOS)
+    tried = ", ".join(f"(n={len(sizes)}, k={k})" for k, sizes in _SCENARIOS)
     return correct(
         f"your loop matches full-batch training step for step on {len(_SCENARIOS)} random problems {tried}, "
-        f"a short tail group and a short last micro-batch included, over {_EPOCHS} epochs (nothing left in .grad "
-        "leaks into the next), with one graph alive at a time: each backward() covers one micro-batch."
+        f"short tail groups and micro-batches of unequal sizes included, over {_EPOCHS} epochs (nothing left in "
+        ".grad leaks into the next), with one graph alive at a time: each backward() covers one micro-batch."
     )
 
 
@@ -380,57 +429,3 @@ def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT
             hints.append(f"{name}: one step per group of {k} consecutive micro-batches, the last group possibly "
                          f"shorter: ceil({n} / {k}).")
     return wrong(f"with n = {n}, k = {k}: " + " ".join(hints))
-
-
-# --------------------------------------------------------------------------- 3. weights for token counts
-
-TOKEN_COUNTS = (3, 12, 5)
-
-
-@never_raises
-def check_token_weights(answer, counts=TOKEN_COUNTS) -> Feedback:
-    """``answer``: the factor for each micro-batch's mean token loss so their sum is the full batch's mean."""
-    form = f"a list of {len(counts)} numbers, one factor per micro-batch, e.g. [0.5, 0.25, 0.25]"
-    if is_unanswered(answer):
-        return unanswered(form)
-    items = _as_list(answer)
-    factors = [as_number(a) for a in items] if items is not None else []
-    if len(factors) != len(counts) or None in factors:
-        return malformed(f"answer should be {form}.")
-    if not all(math.isfinite(a) for a in factors):
-        return malformed("every factor must be a finite number; yours include NaN or infinity.")
-    answer = factors
-    total = sum(counts)
-    expected = [c / total for c in counts]
-    if all(math.isclose(a, e, rel_tol=1e-6, abs_tol=1e-9) for a, e in zip(answer, expected)):
-        return correct(
-            "each micro-batch's mean is weighted by its share of the real tokens, n_i / N. "
-            "Equivalently: sum each micro-batch's token losses and divide by num_items_in_batch = "
-            f"{total}, the total counted before the loop."
-        )
-    k = len(counts)
-    if all(math.isclose(a, c, rel_tol=1e-6) for a, c in zip(answer, counts)):
-        return wrong(
-            f"these are the token counts themselves; as factors they multiply the full-batch mean by {total}. "
-            f"Divide each by the total number of real tokens, {total}."
-        )
-    if all(math.isclose(a, 1 / k, rel_tol=1e-6) for a in answer):
-        return wrong(
-            f"1/{k} each is dividing by k: a micro-batch with {min(counts)} real tokens then weighs as much as one "
-            f"with {max(counts)}, so each of its tokens counts {max(counts) / min(counts):.3g} times as much. This "
-            "was the October 2024 bug in Hugging Face transformers. Weigh each mean by its share of the tokens."
-        )
-    if all(math.isclose(a, 1 / total, rel_tol=1e-6) for a in answer):
-        return wrong(
-            f"1/{total} each would fit token losses that are summed per micro-batch; here each micro-batch "
-            "loss is already a mean over its own tokens, so multiply it back by its token count first."
-        )
-    if not math.isclose(sum(answer), 1.0, rel_tol=1e-6):
-        return wrong(
-            f"your factors add up to {sum(answer):.4g}; for a mean over all tokens they must add up to 1 "
-            "(the full batch's mean is a weighted average of the micro-batch means)."
-        )
-    return wrong(
-        "the factors add up to 1 but are not in the right proportion: a micro-batch's share of the "
-        f"full-batch mean is its share of the real tokens, {' / '.join(map(str, counts))} out of {total}."
-    )

@@ -1,8 +1,9 @@
 """Answer checks for notebook 03, vectorized against looped losses.
 
-The references below repeat code the notebook shows (its ``looped_loss`` with the
-scalar model of section 1, and the loop of exercise 2): a check must not depend
-on what a learner has since changed in the notebook. tests/notebooks/test_vectorized_vs_looped.py
+The references below repeat code the notebook shows (its ``looped_loss``, and the
+loop of exercise 2): a check must not depend on what a learner has since changed
+in the notebook. Exercise 1 asks about a model the notebook never measures: the
+scalar model of section 1 with a bias, ``nn.Linear(1, 1)``. tests/notebooks/test_vectorized_vs_looped.py
 keeps each reference equal to the notebook's version.
 
 No check raises on a learner's answer: each is wrapped in ``never_raises``, with the
@@ -28,6 +29,7 @@ __all__ = [
     "reference_looped_loss",
     "reference_weighted_loss_loop",
     "scalar_model",
+    "with_bias_model",
 ]
 
 
@@ -42,6 +44,11 @@ def scalar_model() -> torch.nn.Linear:
     return model
 
 
+def with_bias_model() -> torch.nn.Linear:
+    """The model of exercise 1: ``y_hat = w * x + b``, two leaves."""
+    return torch.nn.Linear(1, 1)
+
+
 def reference_looped_loss(model, x, y):
     """The notebook's ``looped_loss``."""
     losses = []
@@ -51,28 +58,32 @@ def reference_looped_loss(model, x, y):
     return torch.stack(losses).mean()
 
 
-def _looped_nodes(n: int) -> int:
+def _looped_nodes(n: int, make_model=with_bias_model) -> int:
     x = torch.arange(1.0, n + 1).unsqueeze(1)
-    return count_nodes(reference_looped_loss(scalar_model(), x, 2 * x.squeeze(1)))
+    return count_nodes(reference_looped_loss(make_model(), x, 2 * x.squeeze(1)))
 
 
 _MAX_N = 10_000  # the largest batch whose looped graph the check builds (50 in the notebook)
 
 
-def _node_slips(n: int, per_sample: int, shared: int, vectorized: int, two: int) -> list:
+def _node_slips(n: int, per_sample: int, shared: int, vectorized: int, two: int, no_bias: int) -> list:
     """(count, hint) for the usual miscounts of the looped graph; the first match names the slip."""
     return [
+        (no_bias, "that is the count of section 2's model, without the bias. The bias b is a second leaf: build "
+                  "the graphs of the model with a bias for N = 1 and N = 2 and count again."),
+        (no_bias + n, "the bias is one leaf shared by every sample, so it adds one AccumulateGrad node in all, not "
+                      "one node per sample (its addition happens inside the per-sample matrix-multiply node)."),
         (vectorized, "that is the size of the vectorized graph, which does not depend on N. The loop repeats "
-                     "a whole path of nodes for every sample: count one path in the N = 2 drawing."),
+                     "a whole path of nodes for every sample: count one path in the N = 2 graph."),
         (per_sample * n, "you counted the per-sample paths, but not the nodes all samples share: the paths meet in "
-                         "one node that stacks the losses, one node takes their mean, and the weight has one "
-                         "AccumulateGrad."),
-        ((per_sample + 1) * n + shared - 1, "close: but the weight w is one leaf, so its AccumulateGrad node is one "
-                                            "node shared by every path, not one per sample."),
+                         "one node that stacks the losses, one node takes their mean, and each leaf (w and b) has "
+                         "one AccumulateGrad."),
+        ((per_sample + 2) * n + shared - 2, "close: but w and b are one leaf each, so their AccumulateGrad nodes "
+                                            "are shared by every path, not repeated per sample."),
         (two, f"that is the count for N = 2. Scale it up: the count is (nodes per sample) x {n} + (shared nodes)."),
-        (per_sample * n + shared - 1, "off by one. Recount the N = 2 drawing: every grey or blue box is a node, the "
+        (per_sample * n + shared - 1, "off by one. Recount the N = 2 graph: every grey or blue box is a node, the "
                                       "green output box is not."),
-        (per_sample * n + shared + 1, "off by one. Recount the N = 2 drawing: every grey or blue box is a node, the "
+        (per_sample * n + shared + 1, "off by one. Recount the N = 2 graph: every grey or blue box is a node, the "
                                       "green output box is not."),
         (per_sample * (n - 1) + shared, f"that is the count for N = {n - 1}: take one path per sample, {n} of them."),
         (per_sample * (n + 1) + shared, f"that is the count for N = {n + 1}: take one path per sample, {n} of them."),
@@ -81,7 +92,7 @@ def _node_slips(n: int, per_sample: int, shared: int, vectorized: int, two: int)
 
 @never_raises
 def check_looped_nodes(answer, n: int = 50) -> Feedback:
-    """Exercise 1: the number of backward nodes in ``looped_loss``'s graph for ``n`` samples."""
+    """Exercise 1: the number of backward nodes in ``looped_loss``'s graph for ``n`` samples, model with a bias."""
     n_given = as_int(n)
     if n_given is None or not 1 <= n_given <= _MAX_N:
         return malformed(f"n is the batch size of the exercise (n=50 in the notebook), a whole number from 1 to "
@@ -98,21 +109,24 @@ def check_looped_nodes(answer, n: int = 50) -> Feedback:
     per_sample = two - one
     shared = one - per_sample
     x = torch.arange(1.0, n + 1).unsqueeze(1)
-    vectorized = count_nodes(((2 * x.squeeze(1) - scalar_model()(x).squeeze(1)) ** 2).mean())
+    vectorized = count_nodes(((2 * x.squeeze(1) - with_bias_model()(x).squeeze(1)) ** 2).mean())
+    no_bias = _looped_nodes(n, scalar_model)
     if value == truth:
         return correct(
             f"{truth} nodes: {per_sample} on each sample's path times {n} samples, plus {shared} shared by all "
-            f"(the mean, the stack, and w's AccumulateGrad). The vectorized graph has {vectorized} for any N."
+            f"(the mean, the stack, and one AccumulateGrad for each of w and b). The bias costs one node in all, "
+            f"whatever N; the vectorized graph has {vectorized} for any N."
         )
     if value <= 0:
         return wrong(f"{value} nodes cannot be: even one sample's graph has {one}. Count the boxes of the N = 2 "
-                     "drawing.")
-    hint = next((h for count, h in _node_slips(n, per_sample, shared, vectorized, two) if count == value), None)
+                     "graph.")
+    slips = _node_slips(n, per_sample, shared, vectorized, two, no_bias)
+    hint = next((h for count, h in slips if count == value), None)
     if hint is not None:
         return wrong(hint)
     return wrong(
-        f"the looped graph holds (nodes per sample) x N + (nodes shared by all samples). Count both in the N = 2 "
-        f"drawing (or with lab.graph_nodes for N = 1 and N = 2), then take N = {n}."
+        f"the looped graph holds (nodes per sample) x N + (nodes shared by all samples). Count both for the model "
+        f"with a bias, with lab.graph_nodes for N = 1 and N = 2, then take N = {n}."
     )
 
 
@@ -234,19 +248,28 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
+_LEAVES_TORCH = {"tolist", "numpy", "__array__"}  # a tensor's values handed to Python or NumPy
+
+
 class _WorkCounter(TorchFunctionMode):
     """Counts the steps a call takes that a per-sample loop repeats: each Python line run outside torch's own
     code and this module (``sys.settrace``), and each torch function called (a ``TorchFunctionMode``).
 
-    What it cannot see: a loop that runs inside a builtin over plain Python numbers, e.g. ``sum(v.tolist())``.
+    A loop that runs inside a builtin over plain Python numbers (``sum(v.tolist())``, ``math.fsum``) runs no
+    line and no torch function per sample; what gives it away is the step before it, a tensor of several
+    values turned into Python numbers or a NumPy array: ``left_torch`` names that call.
     """
 
     def __init__(self):
         super().__init__()
         self.steps = 0
+        self.left_torch = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.steps += 1
+        name = getattr(func, "__name__", "")
+        if name in _LEAVES_TORCH and args and isinstance(args[0], torch.Tensor) and args[0].numel() > 1:
+            self.left_torch = self.left_torch or name
         return func(*args, **(kwargs or {}))
 
     def _trace(self, frame, event, arg):
@@ -267,8 +290,8 @@ class _WorkCounter(TorchFunctionMode):
         return super().__exit__(*exc)
 
 
-def _steps(fn, n: int) -> int | None:
-    """How many steps ``fn`` takes on a batch of ``n`` samples (None when it fails under the counter)."""
+def _work(fn, n: int) -> _WorkCounter | None:
+    """What ``fn`` does on a batch of ``n`` samples (None when it fails under the counter)."""
     w, x, y, weights = _data(n, _CASES[0][1], seed=100 + n)
     counter = _WorkCounter()
     try:
@@ -276,7 +299,7 @@ def _steps(fn, n: int) -> int | None:
             fn(w.requires_grad_(True), x, y, weights)
     except Exception:  # it passed without the counter; an error here is the counter's, not the learner's
         return None
-    return counter.steps
+    return counter
 
 
 @never_raises
@@ -309,13 +332,21 @@ def check_vectorized_loss(answer) -> Feedback:
             f"{large[0]} for N = {large_n}): something still runs once per sample. Use x @ w for all "
             "predictions at once, then operations on whole tensors."
         )
-    few, many = (_steps(answer, n) for n in _WORK_SIZES)
-    if few is not None and many is not None and many - few >= _WORK_SIZES[1] - _WORK_SIZES[0]:
+    few, many = (_work(answer, n) for n in _WORK_SIZES)
+    if few is not None and many is not None and many.steps - few.steps >= _WORK_SIZES[1] - _WORK_SIZES[0]:
         return wrong(
             f"right values and gradients, and your graph does not grow with N, but your code still works once per "
-            f"sample: it ran {many - few} more Python lines and torch calls for N = {_WORK_SIZES[1]} than for "
-            f"N = {_WORK_SIZES[0]}. Some loop or comprehension remains (perhaps over the weights); replace it with "
-            "an operation on the whole tensor, such as weights.sum()."
+            f"sample: it ran {many.steps - few.steps} more Python lines and torch calls for N = {_WORK_SIZES[1]} "
+            f"than for N = {_WORK_SIZES[0]}. Some loop or comprehension remains (perhaps over the weights); replace "
+            "it with an operation on the whole tensor, such as weights.sum()."
+        )
+    left = next((c.left_torch for c in (few, many) if c is not None and c.left_torch), None)
+    if left is not None:
+        return wrong(
+            f"right values and gradients, but your function hands a whole tensor's values to Python or NumPy "
+            f"(.{left}()) and adds them up there: sum() or math.fsum() over them is a loop over the samples that "
+            "runs inside a builtin, and on a GPU the values are copied to the CPU first. Keep it in torch, on the "
+            "whole tensor: weights.sum()."
         )
     return correct(
         f"same value and gradient as the loop for N = {', '.join(str(s) for s in sizes)}, with {large[0]} "
