@@ -1,9 +1,9 @@
-# Worked solution to notebook 05, exercise 1: predict the verdicts
-# A: LayerNorm normalizes each sample on its own, and AdamW's step sees the same summed gradient.
-# B: BatchNorm's statistics are taken over the micro-batch, not the batch. C: clipping inside the loop
-# clips partial gradients. D: summed losses divided by N give the full-batch mean exactly.
-# E: dropout draws its masks in another order: equal only on average. F: weight decay acts in the
-# optimizer's step, once per update, whatever k is.
+# Worked solution to notebook 05, exercise 1: set-ups the map does not hold
+# A: F.normalize(h, dim=1) works on each sample's own hidden vector, like LayerNorm. B: a mean over dim=0 is a
+# mean over the batch, BatchNorm's pitfall without a BatchNorm layer. C: clamping partial sums is not clamping
+# the total: clipping by value is not linear either. D: one backward() of its own puts the penalty's gradient
+# into .grad once per update, as the full batch does. E: the noise is drawn in another order: equal only on
+# average. F: lr / k times k times the gradient is lr times the gradient, for plain SGD.
 answer = {"A": "equivalent", "B": "not equivalent", "C": "not equivalent",
           "D": "equivalent", "E": "only in distribution", "F": "equivalent"}
 ex.check_predictions(answer)

@@ -6,6 +6,8 @@ mistake -- in particular updates that do not accumulate at all, although their p
 code that must not make a check raise.
 """
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -109,7 +111,7 @@ def update_summed(model, opt, x, y, k):
     """Not accumulation: one backward over the summed micro-batch losses."""
     opt.zero_grad()
     sum(_scaled_loss(model, xb, yb, x) for xb, yb in zip(x.tensor_split(k), y.tensor_split(k))).backward()
-    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
     opt.step()
 
 
@@ -118,7 +120,7 @@ def update_concatenated(model, opt, x, y, k):
     opt.zero_grad()
     out = torch.cat([model(xb) for xb in x.tensor_split(k)])
     (F.mse_loss(out, y) + ex05.LAM * ex05.penalty(model)).backward()
-    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
     opt.step()
 
 
@@ -129,7 +131,7 @@ def update_grad_summed(model, opt, x, y, k):
     loss = sum(_scaled_loss(model, xb, yb, x) for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)))
     for p, g in zip(params, torch.autograd.grad(loss, params)):
         p.grad = g
-    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
     opt.step()
 
 
@@ -137,11 +139,37 @@ def update_without_step(model, opt, x, y, k):
     opt.zero_grad()
     for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
         _scaled_loss(model, xb, yb, x).backward()
-    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
 
 
 def update_does_nothing(model, opt, x, y, k):
     return None
+
+
+def update_two_halves(model, opt, x, y, k):
+    """Ignores k: always two halves (right at k = 2 only, and its parameters come out right at every k)."""
+    opt.zero_grad()
+    for xb, yb in zip(x.tensor_split(2), y.tensor_split(2)):
+        _scaled_loss(model, xb, yb, x).backward()
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
+    opt.step()
+
+
+def update_pieces_of_k(model, opt, x, y, k):
+    """x.split(k): pieces of k samples instead of k pieces."""
+    opt.zero_grad()
+    for xb, yb in zip(x.split(k), y.split(k)):
+        _scaled_loss(model, xb, yb, x).backward()
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
+    opt.step()
+
+
+def update_one_sample_at_a_time(model, opt, x, y, k):
+    opt.zero_grad()
+    for xb, yb in zip(x.split(1), y.split(1)):
+        _scaled_loss(model, xb, yb, x).backward()
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
+    opt.step()
 
 
 @pytest.mark.parametrize("update, words", [
@@ -150,14 +178,19 @@ def update_does_nothing(model, opt, x, y, k):
     (update_grad_summed, "one torch.autograd.grad call went through the forward passes of"),
     (update_without_step, "never calls opt.step()"),
     (update_does_nothing, "never calls opt.step()"),
-], ids=["summed-losses", "concatenated-outputs", "summed-losses-autograd-grad", "no-step", "does-nothing"])
+    (update_two_halves, "two halves (12 and 12 samples): it does not use k"),
+    (update_pieces_of_k, "x.split(k) cuts pieces of k samples"),
+    (update_one_sample_at_a_time, "ran the model on 24 micro-batches"),
+], ids=["summed-losses", "concatenated-outputs", "summed-losses-autograd-grad", "no-step", "does-nothing",
+        "two-halves", "pieces-of-k", "one-sample-at-a-time"])
 def test_05_update_wrong_answers_get_their_hint(update, words):
     fb = ex05.check_accumulated_update(update)
     assert _is_wrong_with(fb, words), fb.message
 
 
-@pytest.mark.parametrize("update", [update_summed, update_grad_summed], ids=["backward", "autograd-grad"])
-def test_05_summed_update_lands_on_the_right_parameters_and_still_fails(update):
+@pytest.mark.parametrize("update", [update_summed, update_grad_summed, update_two_halves, update_pieces_of_k],
+                         ids=["backward", "autograd-grad", "two-halves", "pieces-of-k"])
+def test_05_update_that_lands_on_the_right_parameters_and_still_fails(update):
     assert ex05._run(ex05._mlp, ex05.full_batch_reference, update, 4) < 1e-4
     assert not ex05.check_accumulated_update(update).passed
 
@@ -168,7 +201,7 @@ def update_penalty_once(model, opt, x, y, k):
     for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
         (F.mse_loss(model(xb), yb) * len(xb) / len(x)).backward()
     (ex05.LAM * ex05.penalty(model)).backward()
-    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
     opt.step()
 
 
@@ -177,7 +210,7 @@ def update_zero_at_the_end_with_logging(model, opt, x, y, k):
         _scaled_loss(model, xb, yb, x).backward()
     with torch.no_grad():
         F.mse_loss(model(x), y)  # a gradient-free look at the full batch's loss, for a log
-    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
     opt.step()
     model.zero_grad()
 
@@ -187,7 +220,7 @@ def update_summed_reduction(model, opt, x, y, k):
     for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
         share = len(xb) / len(x)
         (F.mse_loss(model(xb), yb, reduction="sum") / len(x) + share * ex05.LAM * ex05.penalty(model)).backward()
-    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
     opt.step()
 
 
@@ -197,13 +230,34 @@ def update_grad_per_micro_batch(model, opt, x, y, k):
     params = list(model.parameters())
     for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
         _add_into_grad(params, torch.autograd.grad(_scaled_loss(model, xb, yb, x), params))
-    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
+    opt.step()
+
+
+def update_calling_forward(model, opt, x, y, k):
+    """model.forward(xb) instead of model(xb): the same computation."""
+    opt.zero_grad()
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        ((F.mse_loss(model.forward(xb), yb) + ex05.LAM * ex05.penalty(model)) * len(xb) / len(x)).backward()
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
+    opt.step()
+
+
+def update_clamping_by_hand(model, opt, x, y, k):
+    """Clipping by value written out: clamp every .grad in place."""
+    opt.zero_grad()
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        _scaled_loss(model, xb, yb, x).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.grad.clamp_(-ex05.MAX_VALUE, ex05.MAX_VALUE)
     opt.step()
 
 
 @pytest.mark.parametrize("update", [update_penalty_once, update_zero_at_the_end_with_logging, update_summed_reduction,
-                                    update_grad_per_micro_batch],
-                         ids=["penalty-once", "zero-at-end-and-logging", "sum-reduction", "autograd-grad-per-micro"])
+                                    update_grad_per_micro_batch, update_calling_forward, update_clamping_by_hand],
+                         ids=["penalty-once", "zero-at-end-and-logging", "sum-reduction", "autograd-grad-per-micro",
+                              "model-forward", "clamp-by-hand"])
 def test_05_update_right_answers_written_differently_pass(update):
     fb = ex05.check_accumulated_update(update)
     assert fb.passed, fb.message
@@ -220,7 +274,7 @@ def right_update(model, opt, x, y, k):
     opt.zero_grad()
     for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
         ((mse_loss(model(xb), yb) + ex05.LAM * ex05.penalty(model)) * len(xb) / len(x)).backward()
-    nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_NORM)
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
     opt.step()
 
 
@@ -230,12 +284,13 @@ def test_exercise_2_right_answer_passes_and_placeholders():
     assert ex05.check_accumulated_update(3).status == "malformed"
 
 
-def test_exercise_2_reference_really_clips():
+def test_exercise_2_reference_really_clips_some_entries_and_not_all():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(ex05.IN_FEATURES, ex05.HIDDEN), nn.Tanh(), nn.Linear(ex05.HIDDEN, 1))
     x, y = torch.randn(24, ex05.IN_FEATURES), torch.randn(24, 1)
     (mse_loss(model(x), y) + ex05.LAM * ex05.penalty(model)).backward()
-    assert float(nn.utils.clip_grad_norm_(model.parameters(), float("inf"))) > ex05.MAX_NORM
+    entries = torch.cat([p.grad.abs().flatten() for p in model.parameters()])
+    assert 0.1 < float((entries > ex05.MAX_VALUE).float().mean()) < 0.9
 
 
 def buggy(**kw):
@@ -249,24 +304,26 @@ def buggy(**kw):
         (buggy(pen="every"), "counts k times"),
         (buggy(pen="none"), "penalty LAM * penalty(model) is missing"),
         (buggy(clip="none"), "you do not clip"),
-        (buggy(scale="none"), "5, 5, 5, 5, 4"),  # with equal micro-batches clipping hides the scale
+        (buggy(how="norm"), "you clip the gradient's norm"),
+        (buggy(how="norm", clip="inside"), "you clip the gradient's norm, inside the loop"),
+        (buggy(scale="none"), "the micro-batch losses are not scaled"),
+        (buggy(scale="none", pen="once"), "the penalty is there once, but the micro-batch losses are not scaled"),
         (buggy(step="inside"), "inside the loop: that is k small updates"),
         (buggy(zero=False), "opt.zero_grad() first"),
         (buggy(scale="k"), "5, 5, 5, 5, 4"),
         (lambda model, opt, x, y, k: ex05.full_batch_reference(model, opt, x, y), "forward pass of all 24 samples"),
     ],
-    ids=["clip-inside", "penalty-every", "no-penalty", "no-clip", "no-scale", "step-inside", "no-zero-grad",
-         "divide-by-k", "full-batch"],
+    ids=["clip-inside", "penalty-every", "no-penalty", "no-clip", "norm-clip", "norm-clip-inside", "no-scale",
+         "no-scale-penalty-once", "step-inside", "no-zero-grad", "divide-by-k", "full-batch"],
 )
 def test_exercise_2_each_mistake_gets_its_hint(update, hint):
     fb = ex05.check_accumulated_update(update)
     assert fb.status == "wrong" and hint in fb.message, fb.message
 
 
-def test_exercise_2_clipping_hides_a_wrong_scale_with_equal_micro_batches_only():
-    # the k = 5 hint says so: clipping rescales .grad to MAX_NORM, whatever its overall scale
-    assert ex05._run(ex05._mlp, ex05.full_batch_reference, buggy(scale="none"), 4) < 1e-4
-    assert ex05._run(ex05._mlp, ex05.full_batch_reference, buggy(scale="none"), 5) > 1e-2
+def test_exercise_2_dividing_by_k_is_right_for_equal_micro_batches_only():
+    assert ex05._run(ex05._mlp, ex05.full_batch_reference, buggy(scale="k"), 4) < 1e-4
+    assert ex05._run(ex05._mlp, ex05.full_batch_reference, buggy(scale="k"), 5) > 1e-3
 
 
 def test_exercise_2_errors_are_reported_not_raised():
@@ -315,6 +372,32 @@ class OwnModel(nn.Module):
         return self.fc2(torch.tanh(self.norm(self.fc1(x))))
 
 
+class ByHand(nn.Module):
+    """Linear(8, 16) -> a normalization written in forward, with statistics over ``dim`` -> Tanh -> Linear(16, 1)."""
+
+    def __init__(self, dim=1, std=True, functional=False):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 1)
+        self.dim, self.std, self.functional = dim, std, functional
+
+    def forward(self, x):
+        h = self.fc1(x)
+        if self.functional:
+            h = F.layer_norm(h, (16,))
+        else:
+            h = h - h.mean(dim=self.dim, keepdim=True)
+            if self.std:
+                h = h / (h.std(dim=self.dim, keepdim=True) + 1e-5)
+        return self.fc2(torch.tanh(h))
+
+
+def frozen_batchnorm():
+    """The notebook's own fix: BatchNorm in eval mode normalizes with its stored statistics."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1))
+    model[1].eval()
+    return model
+
+
 class FunctionalDropout(nn.Module):
     """Dropout written by hand, F.dropout in forward: no Dropout module to see, but random draws all the same."""
 
@@ -326,18 +409,31 @@ class FunctionalDropout(nn.Module):
         return self.fc2(F.dropout(torch.tanh(self.norm(self.fc1(x))), 0.5, training=self.training))
 
 
+class Lambda(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, h):
+        return self.fn(h)
+
+
 WRONG_MODELS = {
     "BatchNorm": (lambda: nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1)),
                   "BatchNorm"),
     "no normalization": (lambda: nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)),
-                         "no normalization layer"),
+                         "nothing in your model normalizes"),
+    "statistics over the batch, by hand": (lambda: ByHand(dim=0), "over the batch (a mean or std over dim=0)"),
+    "only centred over the batch": (lambda: ByHand(dim=0, std=False), "nothing in your model normalizes"),
+    "LayerNorm after the Tanh": (lambda: nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.LayerNorm(16),
+                                                      nn.Linear(16, 1)), "does not undo a scaling"),
     "a norm never called": (WithUnusedNorm, "never calls it"),
     "normalizes the inputs": (lambda: nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)),
-                              "comes before it"),
+                              "comes before the first Linear"),
     "one unit per group": (lambda: nn.Sequential(nn.Linear(8, 16), nn.GroupNorm(16, 16), nn.Tanh(), nn.Linear(16, 1)),
                            "into one constant"),
     "LayerNorm over the output": (lambda: nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1),
-                                                         nn.LayerNorm(1)), "gets another shape"),
+                                                         nn.LayerNorm(1)), "same output for every sample"),
     "hidden layer of 32": (lambda: nn.Sequential(nn.Linear(8, 32), nn.LayerNorm(32), nn.Tanh(), nn.Linear(32, 1)),
                            "should start with nn.Linear(8, 16)"),
     "constant output": (ConstantOutput, "same output for every sample"),
@@ -368,6 +464,12 @@ RIGHT_MODELS = {
     "LayerNorm without affine": lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16, elementwise_affine=False),
                                                       nn.Tanh(), nn.Linear(16, 1)),
     "own module and own norm": OwnModel,
+    "BatchNorm frozen in eval mode": frozen_batchnorm,
+    "the whole model in eval mode, BatchNorm frozen with it": lambda: frozen_batchnorm().eval(),
+    "F.layer_norm in forward": lambda: ByHand(functional=True),
+    "normalized by hand over dim=1": lambda: ByHand(dim=1),
+    "F.normalize over each sample": lambda: nn.Sequential(nn.Linear(8, 16), Lambda(lambda h: F.normalize(h, dim=1)),
+                                                          nn.Tanh(), nn.Linear(16, 1)),
     "a Dropout(0) that drops nothing": lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Tanh(),
                                                               nn.Dropout(0.0), nn.Linear(16, 1)),
 }
@@ -397,7 +499,7 @@ def test_exercise_3_feedback():
     fb = ex05.check_normalized_model(batchnorm)
     assert fb.status == "wrong" and "BatchNorm" in fb.message
     fb = ex05.check_normalized_model(plain)
-    assert fb.status == "wrong" and "no normalization layer" in fb.message
+    assert fb.status == "wrong" and "nothing in your model normalizes" in fb.message
     fb = ex05.check_normalized_model(lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 2)))
     assert fb.status == "wrong" and "(N, 1)" in fb.message
     fb = ex05.check_normalized_model(lambda: nn.Sequential(nn.Linear(3, 16), nn.LayerNorm(16), nn.Linear(16, 1)))
@@ -408,3 +510,15 @@ def test_exercise_3_feedback():
     assert ex05.check_normalized_model(layernorm()).status == "malformed"
     assert ex05.check_normalized_model("LayerNorm").status == "malformed"
     assert ex05.check_normalized_model(...).status == "unanswered"
+
+
+def test_exercise_3_the_check_leaves_a_frozen_batchnorm_frozen():
+    model = frozen_batchnorm()
+    assert ex05.check_normalized_model(lambda: model).passed
+    assert not model[1].training  # the check did not switch the learner's model to training mode
+
+
+def test_exercise_3_the_worked_solution_passes():
+    namespace = {"nn": nn, "torch": torch, "ex": ex05}
+    exec((Path(__file__).parents[2] / "notebooks" / "solutions" / "05_normalized_model.py").read_text(), namespace)
+    assert ex05.check_normalized_model(namespace["make_model"]).passed

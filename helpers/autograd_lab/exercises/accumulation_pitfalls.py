@@ -1,10 +1,10 @@
 """Answer checks for notebook 05, accumulation pitfalls.
 
-The experiment itself (one full-batch update against k accumulated micro-batches)
-is written out in the notebook. This module holds only what the checks need: the
-set-ups of exercise 1 with their verdicts (tests/notebooks/test_accumulation_pitfalls.py
-measures every one of them, so a PyTorch release that changes one is caught),
-and, for exercises 2 and 3, a reference run to compare the learner's code with.
+The experiment itself (one full-batch update against k accumulated micro-batches) is written out in the
+notebook. This module holds only what the checks need: the set-ups of exercise 1 with their verdicts (set-ups
+the notebook's map does not hold; tests/notebooks/test_accumulation_pitfalls.py measures every one of them, so
+a PyTorch release that changes one is caught), and, for exercises 2 and 3, a reference run to compare the
+learner's code with.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = [
     "IN_FEATURES",
     "HIDDEN",
     "LAM",
-    "MAX_NORM",
+    "MAX_VALUE",
     "SETUPS",
     "VERDICTS",
     "check_accumulated_update",
@@ -34,23 +34,25 @@ __all__ = [
 ]
 
 IN_FEATURES, HIDDEN = 8, 16  # the notebook's model sizes
-LAM, MAX_NORM = 0.05, 0.5  # exercise 2: L2 penalty strength, clipping threshold
+LAM, MAX_VALUE = 0.05, 0.05  # exercise 2: penalty strength, the bound clip_grad_value_ clips each entry to
 
 # ---------------------------------------------------------------- exercise 1: predict the verdicts
 
 VERDICTS = ("equivalent", "not equivalent", "only in distribution")
 
 SETUPS = {
-    "A": "AdamW; a model with LayerNorm; each micro-batch loss multiplied by its share len(xb) / len(x)",
-    "B": "SGD; a model with BatchNorm1d in training mode; each micro-batch loss multiplied by its share",
-    "C": "SGD; clip_grad_norm_ called right after every micro-batch's backward(), with a max_norm that even "
-    "the first micro-batch's gradient exceeds (section 6's 0.2), so the clipping acts inside the loop",
-    "D": "SGD; each micro-batch loss computed with reduction='sum', then divided by the full batch size N",
-    "E": "Adam; a model with two Dropout layers; each micro-batch loss multiplied by its share",
-    "F": "SGD(weight_decay=0.01) instead of a penalty in the loss; each micro-batch loss multiplied by its share",
+    "A": "SGD; after the first Linear: h = F.normalize(h, dim=1)",
+    "B": "SGD; after the first Linear: h = h - h.mean(dim=0)",
+    "C": "SGD; nn.utils.clip_grad_value_(model.parameters(), 0.01) after every micro-batch's backward(); at the "
+    "start many entries of the gradient are larger than 0.01",
+    "D": "SGD; the penalty lam * penalty(model) left out of the micro-batch losses and given a backward() of its own, "
+    "once per update, after the micro-batch loop",
+    "E": "AdamW; Gaussian noise added to the output of both hidden layers in training: "
+    "h = h + 0.1 * torch.randn_like(h)",
+    "F": "SGD without momentum or weight decay; the share forgotten, and the learning rate divided by k instead",
 }
 
-# The verdict of each set-up at k = 4. Typed here as an answer key; the unit tests run every
+# The verdict of each set-up at k = 4. Typed here as an answer key; the notebook tests run every
 # set-up and fail if a PyTorch release changes one.
 ANSWERS = {
     "A": "equivalent",
@@ -62,19 +64,18 @@ ANSWERS = {
 }
 
 _WHY = {
-    "A": "LayerNorm normalizes each sample over its own features, so no sample sees another; "
-    "AdamW reads the summed .grad once, in step().",
-    "B": "BatchNorm normalizes with the statistics of the batch it is given: each micro-batch gets its own mean "
-    "and variance, so every sample's output and gradient change (and the running statistics are updated k times).",
-    "C": "clipping is not linear: clipping the partial sums along the way is not the same as clipping the "
-    "finished gradient once. Clip once, after the loop, right before step(). (With a max_norm that no partial "
-    "sum reaches, clipping never acts and the loop would be exact.)",
-    "D": "sum over the micro-batch divided by N is the micro-batch mean times its share n_i / N: "
-    "the k pieces add up to the full-batch mean, whatever the micro-batch sizes.",
-    "E": "the dropout masks come from the random stream in another order (layer 1 and 2 alternate per micro-batch), "
-    "so one seed gives other masks; the masks have the same distribution, so the average over seeds agrees.",
-    "F": "weight decay in the optimizer acts once per step() on the parameters, not once per backward(): "
-    "it does not care how .grad was accumulated.",
+    "A": "F.normalize(h, dim=1) divides each sample's hidden vector by its own length: no sample sees another, "
+    "like LayerNorm.",
+    "B": "h.mean(dim=0) is a mean over the batch, the part of BatchNorm that breaks accumulation: each micro-batch "
+    "takes off its own mean, so every sample's output depends on which micro-batch it is in.",
+    "C": "clipping by value is not linear either: clamping each partial sum is not clamping the finished "
+    "gradient. Clip once, after the loop.",
+    "D": "the penalty's gradient enters .grad exactly once per update, as in the full batch: one backward() of "
+    "its own adds it, whatever k is.",
+    "E": "the noise is drawn in another order (layer 1 and 2 alternate per micro-batch), so one seed gives other "
+    "noise; every draw has the same distribution, so the average over seeds agrees.",
+    "F": ".grad is k times the full-batch gradient and plain SGD's step is lr * .grad, so lr / k gives the same "
+    "step. (With momentum alone it still would; weight decay, Adam or clipping would see the k.)",
 }
 
 
@@ -112,9 +113,9 @@ def check_predictions(answer) -> Feedback:
     wrong_keys = [k for k in SETUPS if _normalize_verdict(keys[k]) != ANSWERS[k]]
     if not wrong_keys:
         return correct(
-            "all six. Accumulation is exact when nothing in the step looks across samples of a batch "
-            "(BatchNorm does), nothing non-linear acts on the partial sums (clipping inside the loop), "
-            "and every random draw happens in the same order."
+            f"all {len(SETUPS)}. Accumulation is exact when nothing looks across the samples of a batch (a mean "
+            "over dim=0 does), nothing non-linear acts on the partial sums (clipping of either kind), everything "
+            "reaches .grad with the full batch's weight, and every random draw happens in the same order."
         )
     lines = [f"- {k} is {ANSWERS[k]}: {_WHY[k]}" for k in wrong_keys]
     count = len(wrong_keys)
@@ -125,16 +126,16 @@ def check_predictions(answer) -> Feedback:
 
 
 def penalty(model: nn.Module) -> torch.Tensor:
-    """The L2 penalty of exercise 2: the sum of every parameter squared."""
+    """The penalty of exercise 2: the sum of every parameter squared."""
     return sum((p**2).sum() for p in model.parameters())
 
 
 def full_batch_reference(model, opt, x, y):
-    """Exercise 2's full-batch update: loss with an L2 penalty, clipping, one step."""
+    """Exercise 2's full-batch update: a penalty in the loss, every entry of .grad clipped, one step."""
     opt.zero_grad()
     loss = mse_loss(model(x), y) + LAM * penalty(model)
     loss.backward()
-    nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+    nn.utils.clip_grad_value_(model.parameters(), MAX_VALUE)
     opt.step()
 
 
@@ -169,29 +170,40 @@ def _run(make_model, full, accumulated, k, *, n=24, updates=2, seed=0, make_opt=
 
 # ---------------------------------------------------------------- exercise 2: write the accumulated update
 
+_N = 24  # samples in each batch of exercise 2's runs: k = 5 splits them 5, 5, 5, 5, 4
+
 
 def _micro(x, y, k):
     return zip(x.tensor_split(k), y.tensor_split(k))
 
 
-def _variant(*, clip="after", pen="scaled", scale="share", step="once", zero=True):
+def _clip(model, how):
+    if how == "value":
+        nn.utils.clip_grad_value_(model.parameters(), MAX_VALUE)
+    elif how == "norm":
+        nn.utils.clip_grad_norm_(model.parameters(), MAX_VALUE)
+
+
+def _variant(*, clip="after", how="value", pen="scaled", scale="share", step="once", zero=True):
+    """Exercise 2's update written one way: right with the defaults, else one known mistake."""
+
     def update(model, opt, x, y, k):
         if zero:
             opt.zero_grad()
-        for xb, yb in _micro(x, y, k):
+        for i, (xb, yb) in enumerate(_micro(x, y, k)):
             w = {"share": len(xb) / len(x), "k": 1 / k, "none": 1.0}[scale]
             loss = mse_loss(model(xb), yb) * w
             if pen == "scaled":
                 loss = loss + LAM * penalty(model) * w
-            elif pen == "every":
+            elif pen == "every" or (pen == "once" and i == 0):
                 loss = loss + LAM * penalty(model)
             loss.backward()
             if clip == "inside":
-                nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+                _clip(model, how)
             if step == "inside":
                 opt.step()
         if clip == "after":
-            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+            _clip(model, how)
         if step == "once":
             opt.step()
 
@@ -201,20 +213,41 @@ def _variant(*, clip="after", pen="scaled", scale="share", step="once", zero=Tru
 _DIAGNOSES = [
     (
         dict(clip="inside"),
-        "you clip inside the loop, after each micro-batch's backward(). Clipping is not linear: clip the "
-        "finished .grad once, after the loop, right before opt.step().",
+        "you clip inside the loop, after each micro-batch's backward(). Clipping by value is not linear: "
+        "clamping each partial sum is not clamping the finished .grad. Clip once, after the loop, right before "
+        "opt.step().",
+    ),
+    (
+        dict(clip="inside", how="norm"),
+        "you clip the gradient's norm, inside the loop: the reference clips each entry by value, and once, after "
+        "the loop (clipping either way is not linear, so it must see the finished .grad): "
+        "nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE) right before opt.step().",
+    ),
+    (
+        dict(how="norm"),
+        "you clip the gradient's norm; the reference clips each entry by value: "
+        "nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE), after the loop.",
     ),
     (
         dict(pen="every"),
         "the penalty goes into every micro-batch loss without the share, so it counts k times. "
         "Multiply the whole micro-batch loss (error + penalty) by its share.",
     ),
-    (dict(pen="none"), "the L2 penalty LAM * penalty(model) is missing from your loss."),
-    (dict(clip="none"), "you do not clip: call nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM) after the loop."),
+    (dict(pen="none"), "the penalty LAM * penalty(model) is missing from your loss."),
+    (
+        dict(clip="none"),
+        "you do not clip: call nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE) after the loop.",
+    ),
     (
         dict(scale="none"),
         "the micro-batch losses are not scaled: .grad becomes the sum of k means, k times the full-batch mean. "
         "Multiply each micro-batch loss by its share len(xb) / len(x).",
+    ),
+    (
+        dict(scale="none", pen="once"),
+        "the penalty is there once, but the micro-batch losses are not scaled: their sum is k times the "
+        "full-batch mean, so the data outweighs the penalty k-fold. Multiply each micro-batch loss by its share "
+        "len(xb) / len(x).",
     ),
     (
         dict(step="inside"),
@@ -236,8 +269,11 @@ def _same(answer, variant, k, tol):
         return False
 
 
-def _observe(update, k, n=24):
-    """Run ``update`` once on a fresh model: its forward and backward passes (a PassLog) and its step count."""
+def _observe(update, k, n=_N):
+    """Run ``update`` once on a fresh model: its passes (a PassLog) and how many times it stepped.
+
+    The passes are watched on the model's last layer, through which every forward pass goes, so a loop that
+    calls ``model.forward(x)`` instead of ``model(x)`` is seen all the same."""
     model = _mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     steps = []
@@ -248,18 +284,33 @@ def _observe(update, k, n=24):
         return real_step(*args, **kwargs)
 
     opt.step = step
-    with record_passes(model) as log:
+    with record_passes(model[-1]) as log:
         update(model, opt, torch.randn(n, IN_FEATURES), torch.randn(n, 1), k)
     return log, len(steps)
 
 
-def _explain_passes(log, steps, k, n=24):
+def _explain_split(sizes, k, n=_N):
+    """A loop that does not run k micro-batches of x.tensor_split(k): the hint naming how it splits, or None."""
+    if len(sizes) == k:
+        return None
+    if sizes == [n]:
+        return wrong(f"your model saw one forward pass of all {n} samples; run k = {k} micro-batches of "
+                     "x.tensor_split(k) instead, one backward() each.")
+    if len(sizes) == 2 and k != 2:
+        return wrong(f"with k = {k} your loop still cut the batch into two halves ({sizes[0]} and {sizes[1]} "
+                     "samples): it does not use k. Cut it into k micro-batches: x.tensor_split(k).")
+    if max(sizes) == k:
+        return wrong(f"with k = {k} your loop ran {len(sizes)} micro-batches of {k} samples: x.split(k) cuts pieces "
+                     "of k samples; accumulating over k micro-batches wants k pieces, x.tensor_split(k).")
+    return wrong(f"with k = {k} your loop ran the model on {len(sizes)} micro-batches ({', '.join(map(str, sizes))} "
+                 f"samples); it should run k = {k}, the pieces of x.tensor_split(k), one backward() each.")
+
+
+def _explain_passes(log, steps, k):
     """Mistakes visible in how the update uses the model, before any number is compared."""
-    if log.forward_sizes and max(log.forward_sizes) == n:
-        return wrong(
-            f"your model saw a forward pass of all {n} samples; run k = {k} micro-batches of "
-            "x.tensor_split(k) instead, one backward() each."
-        )
+    fb = _explain_split(log.forward_sizes, k) if log.forward_sizes else None
+    if fb is not None:
+        return fb
     wide = wide_pass_mistake(f"With k = {k}", log)
     if wide is not None:
         return wide
@@ -268,13 +319,31 @@ def _explain_passes(log, steps, k, n=24):
     return None
 
 
+def _explain_miss(answer, k, diff, tol):
+    """The parameters missed: which known mistake do they look like?"""
+    if k == 5 and _same(answer, _variant(scale="k"), 5, tol):
+        return wrong(
+            "right for equal micro-batches, not for k = 5, where the 24 samples split 5, 5, 5, 5, 4: dividing "
+            "by k gives each sample of the small micro-batch more weight. Multiply each loss by its share "
+            "len(xb) / len(x)."
+        )
+    for kwargs, hint in _DIAGNOSES:
+        if _same(answer, _variant(**kwargs), k, tol):
+            return wrong(hint)
+    return wrong(
+        f"with k = {k} your parameters end up {diff:.2g} (relative to the step) away from the full-batch "
+        "update. Follow full_batch_reference: the same loss, scaled by each micro-batch's share, "
+        "summed by backward(), clipped once, one step."
+    )
+
+
 @never_raises
 def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
     """Exercise 2: ``answer(model, opt, x, y, k)`` must leave the parameters where ``full_batch_reference`` does.
 
     It is run with k = 2, 3 and 4 micro-batches of a 24-sample batch and with k = 5
-    (micro-batches of 5, 5, 5, 5 and 4 samples), two updates each, SGD with momentum.
-    A loop whose one backward() covers several micro-batches is refused even when its numbers match.
+    (micro-batches of 5, 5, 5, 5 and 4 samples), two updates each, SGD with momentum. A loop that does not run
+    k micro-batches, or whose one backward() covers several of them, is refused even when its numbers match.
     """
     if is_unanswered(answer):
         return unanswered("your function (its name, without parentheses)")
@@ -287,41 +356,28 @@ def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
         except Exception as err:  # the learner's code: report it, never raise
             return wrong(f"with k = {k} your function raised {describe_error(err)}")
         fb = _explain_passes(log, steps, k)
+        if fb is None and diff >= tol:
+            fb = _explain_miss(answer, k, diff, tol)
         if fb is not None:
             return fb
-        if diff < tol:
-            continue
-        if k == 5 and _same(answer, _variant(scale="k"), 5, tol):
-            return wrong(
-                "right for equal micro-batches, not for k = 5, where the 24 samples split 5, 5, 5, 5, 4: dividing "
-                "by k (or not scaling at all) gives each sample of the small micro-batch more weight. Multiply each "
-                "loss by its share len(xb) / len(x). (With equal micro-batches the clipping after the loop hid a "
-                "wrong overall scale: it rescales .grad to MAX_NORM anyway.)"
-            )
-        for kwargs, hint in _DIAGNOSES:
-            if _same(answer, _variant(**kwargs), k, tol):
-                return wrong(hint)
-        return wrong(
-            f"with k = {k} your parameters end up {diff:.2g} (relative to the step) away from the full-batch "
-            "update. Follow full_batch_reference: the same loss, scaled by each micro-batch's share, "
-            "summed by backward(), clipped once, one step."
-        )
     return correct(
         "your accumulated update lands where the full-batch update does, also for unequal micro-batches: "
         "penalty inside the scaled loss, clipping once after the loop, one step."
     )
 
 
-# ---------------------------------------------------------------- exercise 3: a normalization layer that accumulates
+# ---------------------------------------------------------------- exercise 3: a normalization that accumulates
 
 
-_BATCH_NORMS = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
+_BATCH_NORMS = (nn.modules.batchnorm._BatchNorm,)  # SyncBatchNorm included
 _PROBE = 4  # samples in the probe batch the model is first run on
 _SPREAD = 1e-4  # below this standard deviation a layer's output counts as constant
+_SCALE = 3.0  # the first Linear's output is multiplied by this: a normalization after it undoes that
 
 
 def _is_norm(module):
-    """A normalization layer: torch's (LayerNorm, GroupNorm, RMSNorm, BatchNorm, ...) or a learner's own *Norm."""
+    """A module named like a normalization (LayerNorm, GroupNorm, RMSNorm, a learner's own *Norm): for hints only.
+    Whether a model normalizes is judged by what it does (``_normalizes``), not by names."""
     return "norm" in type(module).__name__.lower()
 
 
@@ -339,7 +395,38 @@ def _leaf_calls(model, x):
     finally:
         for h in handles:
             h.remove()
-    return calls, out, not torch.equal(state, torch.get_rng_state())
+    draws = not torch.equal(state, torch.get_rng_state())
+    torch.set_rng_state(state)
+    return calls, out, draws
+
+
+def _output(model, x, linear=None, factor=1.0):
+    """The model's output for ``x`` (no gradients; the random stream left where it was), with the output of
+    ``linear`` multiplied by ``factor``."""
+    handle = linear.register_forward_hook(lambda mod, args, out: out * factor) if linear is not None else None
+    state = torch.get_rng_state()
+    try:
+        with torch.no_grad():
+            return model(x)
+    finally:
+        torch.set_rng_state(state)
+        if handle is not None:
+            handle.remove()
+
+
+def _normalizes(model, x, linear):
+    """Does something normalize what ``linear`` gives? Then scaling that output leaves the model's output alone."""
+    out, scaled = _output(model, x), _output(model, x, linear, _SCALE)
+    if not isinstance(scaled, torch.Tensor) or scaled.shape != out.shape:
+        return False
+    return float((scaled - out).abs().max()) <= 1e-3 * (1 + float(out.abs().max()))
+
+
+def _mixes_samples(model, x):
+    """Does a sample's output depend on the other samples in its batch? (BatchNorm in training does, and so does
+    any statistic taken over the batch.)"""
+    whole, first_two = _output(model, x), _output(model, x[:2])
+    return float((whole[:2] - first_two).abs().max()) > 1e-5 * (1 + float(whole.abs().max()))
 
 
 def _spread(t):
@@ -349,43 +436,46 @@ def _spread(t):
     return float(t.double().std(dim=1).min())
 
 
-def _explain_structure(model, calls, out):
-    """Does the model do what exercise 3 asks: Linear(8, 16), then a per-sample normalization that is not degenerate?"""
-    if any(isinstance(m, _BATCH_NORMS) for m in model.modules()):
-        return wrong(
-            "your model has a BatchNorm layer: in training it normalizes each micro-batch with that micro-batch's "
-            "own mean and variance, so k micro-batches never match the full batch. Pick a layer that normalizes "
-            "each sample on its own."
-        )
-    norms = [(i, m, x, y) for i, (m, x, y) in enumerate(calls) if _is_norm(m)]
-    if not norms:
-        unused = [type(m).__name__ for m in model.modules() if _is_norm(m)]
-        if unused:
-            return wrong(f"your model holds a {unused[0]}, but its forward pass never calls it: a layer that is "
-                         "defined but not used normalizes nothing. Put it between the first Linear and the Tanh.")
-        return wrong(
-            "there is no normalization layer in your model. Keep the normalization, but one that works on each "
-            "sample's own features (nn.LayerNorm, or nn.GroupNorm)."
-        )
-    first_linear = next(((i, m) for i, (m, _, _) in enumerate(calls) if isinstance(m, nn.Linear)), None)
-    if first_linear is None or (first_linear[1].in_features, first_linear[1].out_features) != (IN_FEATURES, HIDDEN):
-        got = "no Linear layer" if first_linear is None else f"{first_linear[1]}"
+def _explain_shape(calls, out):
+    """The model's first Linear and what follows it: the hint when they are not what exercise 3 asks, or None."""
+    first = next(((i, m) for i, (m, _, _) in enumerate(calls) if isinstance(m, nn.Linear)), None)
+    if first is None or (first[1].in_features, first[1].out_features) != (IN_FEATURES, HIDDEN):
+        got = "no Linear layer" if first is None else f"{first[1]}"
         return wrong(f"the model should start with nn.Linear({IN_FEATURES}, {HIDDEN}), a hidden layer of {HIDDEN} "
                      f"units; its first layer is {got}.")
-    after = [(m, x, y) for i, m, x, y in norms if i > first_linear[0]]
-    if not after or tuple(getattr(after[0][1], "shape", ())) != (_PROBE, HIDDEN):
-        return wrong(f"the normalization should act on the {HIDDEN} hidden units that the first Linear gives, "
-                     f"right after it; yours {'comes before it' if not after else 'gets another shape'}.")
-    norm, _, normed = after[0]
-    if _spread(normed) < _SPREAD:
+    after = calls[first[0] + 1:first[0] + 2]
+    if after and tuple(getattr(after[0][2], "shape", ())) == (_PROBE, HIDDEN) and _spread(after[0][2]) < _SPREAD:
         return wrong(
-            f"your {type(norm).__name__} turns every sample's {HIDDEN} hidden units into one constant (GroupNorm "
-            "with one unit per group, or a normalization over a single value, normalizes each value by itself "
-            "to 0): nothing of the input gets through. Normalize over all 16 units, or over groups of several."
+            f"your {type(after[0][0]).__name__} turns every sample's {HIDDEN} hidden units into one constant "
+            "(GroupNorm with one unit per group, or a normalization over a single value, normalizes each value by "
+            "itself to 0): nothing of the input gets through. Normalize over all 16 units, or over groups of several."
         )
     if not isinstance(out, torch.Tensor) or float(out.double().std(dim=0).max()) < _SPREAD:
         return wrong("your model gives the same output for every sample: nothing of the input reaches the output.")
     return None
+
+
+def _explain_no_norm(model, calls, linear):
+    """Nothing undoes a scaling of the first Linear's output: say what the model does instead."""
+    called = [m for m, _, _ in calls]
+    unused = [type(m).__name__ for m in model.modules() if _is_norm(m) and m not in called]
+    before = [type(m).__name__ for m in called[:called.index(linear)] if _is_norm(m)]
+    later = [type(m).__name__ for m in called[called.index(linear) + 1:] if _is_norm(m)]
+    if before:
+        return wrong(f"your {before[0]} comes before the first Linear: it normalizes the inputs, and nothing "
+                     f"normalizes the {HIDDEN} hidden units. Normalize them, right after the first Linear.")
+    if later:
+        return wrong(f"your {later[0]} does not undo a scaling of the first Linear's output (multiply it by 3 and "
+                     "the model's output changes): put the normalization right after the first Linear, before the "
+                     "Tanh.")
+    if unused:
+        return wrong(f"your model holds a {unused[0]}, but its forward pass never calls it: a layer that is "
+                     "defined but not used normalizes nothing. Put it between the first Linear and the Tanh.")
+    return wrong(
+        f"nothing in your model normalizes the first Linear's {HIDDEN} outputs: multiply them by 3 and the model's "
+        "output changes, which a normalization would undo. Bring each sample's hidden units to mean 0 and "
+        "standard deviation 1 (over dim=1) between the first Linear and the Tanh."
+    )
 
 
 def _explain_random(calls, draws):
@@ -406,10 +496,48 @@ def _explain_random(calls, draws):
     )
 
 
+def _explain_mixing(model):
+    if any(isinstance(m, _BATCH_NORMS) and m.training for m in model.modules()):
+        return wrong(
+            "your model has a BatchNorm layer in training mode: it normalizes each micro-batch with that "
+            "micro-batch's own mean and variance, so k micro-batches do not give the full-batch step. Normalize each "
+            "sample over its own hidden units, or freeze the BatchNorm with .eval() so that it uses stored "
+            "statistics."
+        )
+    return wrong(
+        "a sample's output changes with the other samples in its batch: your normalization takes its statistics "
+        "over the batch (a mean or std over dim=0). Take them over each sample's own hidden units (dim=1)."
+    )
+
+
+def _explain_model(model, x):
+    """Every mistake exercise 3's check can see before training the model both ways, or None."""
+    calls, out, draws = _leaf_calls(model, x)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (_PROBE, 1):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        return wrong(f"the model should map (N, {IN_FEATURES}) to (N, 1); it gave {shape} for N = {_PROBE}.")
+    fb = _explain_shape(calls, out)
+    if fb is not None:
+        return fb
+    linear = next(m for m, _, _ in calls if isinstance(m, nn.Linear))
+    called = [m for m, _, _ in calls]
+    frozen = [m for m in called[called.index(linear) + 1:] if isinstance(m, _BATCH_NORMS) and not m.training]
+    if not frozen and not _normalizes(model, x, linear):
+        return _explain_no_norm(model, calls, linear)
+    fb = _explain_random(calls, draws)
+    if fb is None and _mixes_samples(model, x):
+        fb = _explain_mixing(model)
+    return fb
+
+
 @never_raises
 def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
     """Exercise 3: ``answer()`` builds a model Linear(8, 16) -> a normalization -> ... -> 1 output whose
-    accumulated update (k = 4, training mode) equals the full-batch update."""
+    accumulated update (k = 4, the model as ``answer`` returns it) equals the full-batch update.
+
+    A normalization is recognised by what it does: scaling the first Linear's output leaves the model's output
+    unchanged (LayerNorm, GroupNorm, RMSNorm, F.layer_norm or one written by hand in ``forward``), or it is a
+    BatchNorm frozen in eval mode, which normalizes with stored statistics."""
     if is_unanswered(answer):
         return unanswered("your model-building function (its name, without parentheses)")
     if isinstance(answer, nn.Module):
@@ -422,16 +550,10 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
         model = answer()
         if not isinstance(model, nn.Module):
             return malformed(f"your function should return an nn.Module; it returned {type(model).__name__}.")
-        calls, out, draws = _leaf_calls(model.train(), torch.randn(_PROBE, IN_FEATURES))
+        fb = _explain_model(model, torch.randn(_PROBE, IN_FEATURES))
     except Exception as err:
         return wrong(f"building your model or running it on {_PROBE} samples of {IN_FEATURES} features raised "
                      f"{describe_error(err)}")
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (_PROBE, 1):
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        return wrong(f"the model should map (N, {IN_FEATURES}) to (N, 1); it gave {shape} for N = {_PROBE}.")
-    fb = _explain_structure(model, calls, out)
-    if fb is None:
-        fb = _explain_random(calls, draws)
     if fb is not None:
         return fb
 
@@ -446,17 +568,14 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
         mse_loss(model(x), y).backward()
         opt.step()
 
-    def make_model():
-        return answer().train()
-
     try:
-        diff = _run(make_model, full, accumulated, 4)
+        diff = _run(answer, full, accumulated, 4)
     except Exception as err:
         return wrong(f"training your model raised {describe_error(err)}")
     if diff < tol:
         return correct(
-            "with a per-sample normalization, k = 4 micro-batches give the full-batch update, "
-            "up to rounding: no sample's output depends on the other samples in its micro-batch."
+            "k = 4 micro-batches give the full-batch update, up to rounding: no sample's output depends on the "
+            "other samples in its micro-batch, and nothing is random."
         )
     return wrong(
         f"accumulating still changes the update (parameter difference {diff:.2g} of the step). Does some layer "
