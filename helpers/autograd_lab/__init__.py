@@ -15,6 +15,7 @@ import importlib
 
 # name -> the module that holds it
 _HOMES = {
+    "AllReduceLog": "distributed",
     "DistributedRunError": "distributed",
     "SavedTensors": "measure",
     "chain": "graph",
@@ -25,13 +26,11 @@ _HOMES = {
     "draw_graph": "graph",
     "draw_step": "stepper",
     "draw_timeline": "timeline",
-    "draw_update_timeline": "timeline",
     "environment_report": "env",
     "graph_nodes": "graph",
     "held_bytes": "measure",
     "line_chart": "svg",
     "live": "widgets",
-    "run_button": "widgets",
     "stable_ids": "graph",
     "time_call": "measure",
     "timeline_text": "timeline",
