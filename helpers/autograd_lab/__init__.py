@@ -20,6 +20,7 @@ import sys
 
 # name -> the module that holds it
 _HOMES = {
+    "AllReduceLog": "distributed",
     "DistributedRunError": "distributed",
     "SavedTensors": "measure",
     "chain": "graph",
@@ -30,12 +31,10 @@ _HOMES = {
     "draw_graph": "graph",
     "draw_step": "stepper",
     "draw_timeline": "timeline",
-    "draw_update_timeline": "timeline",
     "environment_report": "env",
     "graph_nodes": "graph",
     "line_chart": "svg",
     "live": "widgets",
-    "run_button": "widgets",
     "time_call": "measure",
     "timeline_text": "timeline",
     "torchrun": "distributed",

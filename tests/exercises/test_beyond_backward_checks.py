@@ -284,6 +284,35 @@ class KeepsOnCtx(torch.autograd.Function):
         return grad_output * (ctx.sig + ctx.x * ctx.sig * (1 - ctx.sig))
 
 
+class ApplyIsSilu(torch.autograd.Function):
+    """No backward at all: apply is replaced by the built-in function, whose own node computes the gradient."""
+
+    apply = staticmethod(nn.functional.silu)
+
+
+class ApplyBypassesForward(SavesSigmoid):
+    """A right backward that never runs: apply computes the output with ordinary operations."""
+
+    @classmethod
+    def apply(cls, x):
+        return x * torch.sigmoid(x)
+
+
+class ApplyDetaches(SavesSigmoid):
+    @classmethod
+    def apply(cls, x):
+        return (x * torch.sigmoid(x)).detach()
+
+
+@pytest.mark.parametrize("answer, node", [
+    (ApplyIsSilu, "the node SiluBackward0"), (ApplyBypassesForward, "the node MulBackward0"),
+    (ApplyDetaches, "no node at all"),
+], ids=["apply-is-F.silu", "apply-bypasses-forward", "apply-detaches"])
+def test_silu_a_gradient_not_computed_by_the_learners_backward_does_not_score(answer, node):
+    fb = ex.check_silu_backward(answer)
+    assert fb.status == "wrong" and "your backward never ran" in fb.message and node in fb.message, fb
+
+
 @pytest.mark.parametrize("answer", [
     SavesSigmoid, SavesOutput, AutogradInside, KeepsOnCtx,
     silu_function(lambda x, g: (g * (s(x) + x * s(x) * (1 - s(x)))).float()),

@@ -8,8 +8,8 @@ import ipywidgets as W
 import nbformat
 import pytest
 
-from autograd_lab import DistributedRunError, live, run_button
-from autograd_lab.widgets import control_for
+from autograd_lab import DistributedRunError, live
+from autograd_lab.widgets import control_for, run_button
 
 
 def test_controls_are_made_from_short_specs():

@@ -1,9 +1,15 @@
-"""Notebook 06 (accumulation across processes): DDP accumulation on two real processes, and the facts around it.
+"""Notebook 06 (accumulation across processes): DDP accumulation on real processes, and the facts around it.
 
 The training script is the one written out in the notebook (its %%writefile cells); it runs here with two
-processes, and the tests check the facts the notebook states against a reference computed here: the gradients
-equal the single-process full-batch gradient, and the all-reduce counts are k without no_sync(), 1 with it.
-In one process: one call per bucket, and DDP's bucket rebuild after the first update. Without DDP: padded
+processes, and the tests check what the notebook states against a reference computed here: the gradients of
+three placements of no_sync() equal the single-process full-batch gradient, the fourth (every forward inside
+no_sync()) makes no all-reduce and leaves the ranks apart, and the counts are k, 1, k and 0 calls.
+
+The second cases run too: the exercises' loops on four processes and a gradient in several buckets (another k,
+another bucket count, another world size, a summed loss), which is also where the rule "divide by k, not by
+world x k" is checked at a world size the notebook does not run; and, in one process, DDP's buckets: a single
+bucket of unlimited size in the first update by default (and not with find_unused_parameters=True), then buckets
+rebuilt in the order the gradients became ready, one of them above bucket_cap_mb. Without DDP: padded
 DistributedSampler shards and the zero weights that make a metric exact.
 """
 
@@ -14,6 +20,7 @@ import gc
 import math
 import re
 import runpy
+import textwrap
 from pathlib import Path
 
 import ddp_probe
@@ -21,23 +28,20 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
+from autograd_lab import AllReduceLog, torchrun
 from autograd_lab.distributed import free_port
 from autograd_lab.exercises import accumulation_across_processes as ex
-from autograd_lab.timeline import draw_update_timeline
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06_accumulation_across_processes.ipynb"
 SCRIPT_NAME = "train_ddp.py"  # the script the notebook writes (the conftest's `script` fixture reads it)
 MACHINE_PATH = re.compile(r"(/root/|/tmp/|/home/\w+/|/work/|site-packages)")
+LOCAL = "every forward in no_sync()"  # the placement whose backward passes all stay local
 
 
 @pytest.fixture(scope="module")
 def run(script, probed):
     # A pinned port: the notebook uses --standalone, so this covers the other rendezvous path.
     return ddp_probe.torchrun(script, probed, nproc=2, timeout=120, port=free_port())
-
-
-def test_the_script_frees_its_ddp_model_before_it_destroys_the_group(run, probed):
-    assert ddp_probe.alive_at_destroy(probed, 2) == [0, 0]
 
 
 @pytest.fixture(scope="module")
@@ -50,146 +54,282 @@ def full_batch(script):
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
-def variants(run, rank):
-    return {(v["k"], v["mode"]): v for v in run.ranks[rank]["variants"]}
+def results(run):
+    """(rank 0's result, rank 1's result) for each placement and k, in the script's order."""
+    return list(zip(*run.ranks))
 
 
-# --------------------------------------------------------------------------- the real script, 2 processes
+# --------------------------------------------------------------------------- the notebook's script, 2 processes
+
+
+@pytest.mark.slow
+def test_the_script_frees_its_ddp_models_before_it_destroys_the_group(run, probed):
+    assert ddp_probe.alive_at_destroy(probed, 2) == [0, 0]
 
 
 @pytest.mark.slow
 def test_two_ranks_each_with_half_the_samples(run):
-    assert run.world_size == 2 and [r["rank"] for r in run.ranks] == [0, 1]
-    assert run.ranks[0]["samples"] == list(range(0, 64, 2)) and run.ranks[1]["samples"] == list(range(1, 64, 2))
+    assert run.world_size == 2
+    assert run.ranks[0][0]["samples"] == list(range(0, 64, 2)) and run.ranks[1][0]["samples"] == list(range(1, 64, 2))
     assert run.command.startswith("torchrun ") and "train_ddp.py" in run.command
     assert not MACHINE_PATH.search(run.command)
 
 
 @pytest.mark.slow
-def test_accumulated_ddp_gradient_equals_the_full_batch_gradient(run, full_batch):
-    for (k, mode), v0 in variants(run, 0).items():
-        g0, g1 = torch.tensor(v0["grad"]), torch.tensor(variants(run, 1)[k, mode]["grad"])
-        if mode == "no_sync() except the first" and k > 1:
-            # synced at the first micro-batch: the rest never averaged, the ranks differ
-            assert (g0 - full_batch).abs().max() > 1e-3 and (g0 - g1).abs().max() > 1e-3, (k, mode)
+def test_three_placements_give_the_full_batch_gradient_and_every_forward_inside_leaves_the_ranks_apart(
+        run, full_batch):
+    seen = set()
+    for r0, r1 in results(run):
+        g0, g1 = torch.tensor(r0["grad"]), torch.tensor(r1["grad"])
+        seen.add((r0["placement"], r0["k"]))
+        if r0["placement"] == LOCAL:
+            # nothing averaged: each rank holds the mean over its own samples only
+            assert (g0 - full_batch).abs().max() > 1e-2 and (g0 - g1).abs().max() > 1e-2, r0["k"]
         else:
             torch.testing.assert_close(g0, full_batch, rtol=1e-5, atol=1e-6)
-            assert torch.equal(g0, g1), (k, mode)
+            assert torch.equal(g0, g1), (r0["placement"], r0["k"])
+    assert seen == {(p, k) for p in ex.PLACEMENTS if p != "no_sync() but for the first" for k in (2, 4)}
 
 
 @pytest.mark.slow
-def test_allreduce_count_is_k_without_no_sync_and_1_with_it(run, full_batch):
-    grad_bytes = full_batch.numel() * 4
-    for rank in (0, 1):
-        v = variants(run, rank)
-        for k in (1, 2, 4, 8):
-            assert v[k, "every backward"]["calls"] == [k] * 5
-            assert v[k, "no_sync()"]["calls"] == [1] * 5
-            assert v[k, "no_sync() on backward only"]["calls"] == [k] * 5  # forward outside no_sync still syncs
-            assert v[k, "no_sync() except the first"]["calls"] == [1] * 5
-            for mode in ex_modes():
-                assert v[k, mode]["calls"][0] == ex.expected_calls(k, mode)
-                assert v[k, mode]["bytes"] == [c * grad_bytes for c in v[k, mode]["calls"]]
-    assert run.ranks[0]["bucket_cap_bytes"] == 25 * 2**20 > grad_bytes  # one bucket holds this model
+def test_the_forward_decides_the_all_reduce_count_and_each_call_is_the_whole_gradient(run, full_batch):
+    grad_bytes = full_batch.numel() * full_batch.element_size()
+    counts = {}
+    for rank in run.ranks:
+        for r in rank:
+            assert len(r["calls"]) == ex.expected_calls(r["k"], r["placement"]), (r["placement"], r["k"])
+            assert r["calls"] == [grad_bytes] * len(r["calls"])  # one bucket: the whole gradient
+            counts[r["placement"], r["k"]] = len(r["calls"])
+    assert counts == {("no_sync() but for the last", 2): 1, ("no_sync() but for the last", 4): 1,
+                      ("without no_sync()", 2): 2, ("without no_sync()", 4): 4,
+                      ("no_sync() on backward only", 2): 2, ("no_sync() on backward only", 4): 4,
+                      (LOCAL, 2): 0, (LOCAL, 4): 0}
 
 
-@pytest.mark.slow
-def test_timeline_events_are_recorded_per_update(run):
-    v = variants(run, 0)[4, "every backward"]
-    kinds = [e[0] for e in v["events"]]
-    assert kinds.count("forward") == 4 and kinds.count("backward") == 4 and kinds.count("all-reduce") == 4
-    assert all(0 <= a <= b for _, a, b in v["events"])
-    drawing = draw_update_timeline([variants(run, r)[4, "no_sync()"]["events"] for r in (0, 1)], title="t")
-    assert drawing.texts("lane-label")[:2] == ["rank 0 compute", "rank 0 all-reduce"]
-    assert len(drawing.of("all-reduce")) == 2 and len(drawing.of("backward")) == 8   # no_sync(): one per rank
+def test_the_notebook_prints_what_the_docstring_warns():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    warning = " ".join(DDP.no_sync.__doc__.split("warning::")[1].split())
+    assert "forward pass should be included inside the context manager" in warning
 
 
-def ex_modes():
-    return ("every backward", "no_sync()", "no_sync() on backward only", "no_sync() except the first")
+# --------------------------------------------------------------------------- the exercises' cases, 4 processes
 
+CASES_SCRIPT = textwrap.dedent('''
+    import gc, json, os
+    from contextlib import nullcontext
 
-def test_one_call_per_bucket_and_no_sync_defers_all_of_them():
-    """The notebook's claim for models larger than a bucket, in one process (world size 1, no launch)."""
+    import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DistributedSampler
+
+    from autograd_lab import AllReduceLog
+
+    WIDTH = 64  # each layer's weight is WIDTH * WIDTH float32 numbers: 16 KiB, one bucket of that cap
+
+
+    def model_in(buckets):
+        torch.manual_seed(1)
+        layers = [torch.nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(buckets)]
+        model = DDP(torch.nn.Sequential(*layers), bucket_cap_mb=WIDTH * WIDTH * 4 / 2**20)
+        return model, AllReduceLog(model)
+
+
+    def data(n, generator_seed=0):
+        g = torch.Generator().manual_seed(generator_seed)
+        x = torch.randn(n, WIDTH, generator=g)
+        return x, torch.randn(n, WIDTH, generator=g)
+
+
+    def loss_fn(pred, y, reduction="mean"):
+        return torch.nn.functional.mse_loss(pred, y, reduction=reduction)
+
+
+    def warm_up(model, log, x):
+        model(x).sum().backward()          # update 0: DDP rebuilds its buckets after it
+        model.zero_grad()
+        return log.take()
+
+
+    def exercise_1(k=6, buckets=3):
+        model, log = model_in(buckets)
+        x, y = data(4 * k)
+        first = warm_up(model, log, x)
+        for i, (xb, yb) in enumerate(zip(x.chunk(k), y.chunk(k))):
+            loss = loss_fn(model(xb), yb) / k
+            with model.no_sync() if i < k - 1 else nullcontext():
+                loss.backward()
+        return {"first update": len(first), "calls": len(log.take())}
+
+
+    def exercise_2(k=5, buckets=2):
+        model, log = model_in(buckets)
+        x, y = data(4 * k, generator_seed=dist.get_rank())   # each rank its own samples
+        warm_up(model, log, x)
+        for i, (xb, yb) in enumerate(zip(x.chunk(k), y.chunk(k))):
+            with model.no_sync() if i != 0 else nullcontext():
+                (loss_fn(model(xb), yb) / k).backward()
+        grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+        return {"calls": len(log.take()), "grad": grad.tolist()}
+
+
+    def accumulated_gradient(k, micro_batch, reduction, divisor):
+        """Each rank: its share of world * k * micro_batch samples, k micro-batches, each loss / divisor."""
+        torch.manual_seed(1)
+        model = DDP(torch.nn.Linear(WIDTH, 1, bias=False))   # one output: a summed loss sums over samples
+        x, y = data(dist.get_world_size() * k * micro_batch)
+        y = y[:, :1]
+        mine = torch.tensor(list(DistributedSampler(range(len(x)), shuffle=False)))
+        for i, idx in enumerate(mine.chunk(k)):
+            with model.no_sync() if i < k - 1 else nullcontext():
+                (loss_fn(model(x[idx]), y[idx], reduction) / divisor).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()]).tolist()
+
+
+    def main():
+        dist.init_process_group("gloo")
+        out = {"exercise 1": exercise_1(), "exercise 2": exercise_2(), "divisors": {}}
+        for reduction, divisors in (("sum", [2 * 16, 2, 4 * 2 * 16]), ("mean", [2, 4 * 2])):
+            for d in divisors:
+                out["divisors"][f"{reduction} / {d}"] = accumulated_gradient(2, 16, reduction, d)
+        with open(os.path.join(os.environ["LAB_RESULTS"], f"rank{dist.get_rank()}.json"), "w") as f:
+            json.dump(out, f)
+        gc.collect()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+''')
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cases") / "exercise_cases.py"
+    path.write_text(CASES_SCRIPT)
+    return torchrun(path, nproc=4, timeout=180)
+
+
+@pytest.mark.slow
+def test_exercise_1_backward_only_makes_k_times_buckets_calls(cases):
+    for rank in cases.ranks:
+        assert rank["exercise 1"]["first update"] == 1  # one bucket in update 0, whatever the cap
+        assert rank["exercise 1"]["calls"] == ex.expected_calls(6, "no_sync() on backward only", 3) == 6 * 3
+    assert ex.check_backward_only_count(cases.ranks[0]["exercise 1"]["calls"]).passed
+
+
+@pytest.mark.slow
+def test_exercise_2_syncing_at_the_first_micro_batch_makes_one_call_per_bucket_and_leaves_the_ranks_apart(cases):
+    calls = {rank["exercise 2"]["calls"] for rank in cases.ranks}
+    grads = [torch.tensor(rank["exercise 2"]["grad"]) for rank in cases.ranks]
+    agree = all(torch.allclose(g, grads[0]) for g in grads[1:])
+    assert calls == {ex.expected_calls(5, "no_sync() but for the first", 2)} == {2} and not agree
+    assert ex.check_first_sync((calls.pop(), agree)).passed
+
+
+def _full_batch_mean_gradient(n):
+    """The single-process gradient of the mean loss over all n samples of the cases' data and model."""
+    torch.manual_seed(1)
+    model = torch.nn.Linear(64, 1, bias=False)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 64, generator=g)
+    y = torch.randn(n, 64, generator=g)[:, :1]
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    return model.weight.grad.flatten()
+
+
+@pytest.mark.slow
+def test_exercise_3_and_the_rule_divide_by_k_at_four_ranks(cases):
+    """4 ranks, k = 2 micro-batches of 16: a summed loss / (k x 16), a mean loss / k give the full-batch mean."""
+    full = _full_batch_mean_gradient(4 * 2 * 16)
+    got = {name: torch.tensor(g) for name, g in cases.ranks[0]["divisors"].items()}
+    right = ex.loss_divisor(2, 16)
+    torch.testing.assert_close(got[f"sum / {right}"], full, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(got[f"mean / {ex.loss_divisor(2)}"], full, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(got["mean / 8"], full / 4, rtol=1e-4, atol=1e-6)  # world x k: 1 / world too small
+    torch.testing.assert_close(got["sum / 2"], full * 16, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got["sum / 128"], full / 4, rtol=1e-4, atol=1e-6)
+    assert ex.check_loss_divisor(right).passed and not ex.check_loss_divisor(128).passed
+
+
+# --------------------------------------------------------------------------- DDP's buckets, in one process
+
+
+@contextlib.contextmanager
+def group_of_one():
+    import torch.distributed as dist
 
     if dist.is_initialized():
         pytest.skip("a process group already exists in this process")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    calls = []
-
-    def hook(state, bucket):
-        calls.append(bucket.buffer().numel())
-        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
-
-    def counts():
-        # The DDP model lives only in here: it must be freed (returned from, then collected) before
-        # destroy_process_group(). A Reducer freed after it frees the last reference to the gloo group, whose
-        # destructor then sometimes waits forever for its worker thread (rarely, and only under load).
-        torch.manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
-                                  torch.nn.Tanh(), torch.nn.Linear(64, 1))
-        model = DDP(net, bucket_cap_mb=0.01)  # 10 KiB buckets, 34 KiB of gradient
-        model.register_comm_hook(None, hook)
-        x = torch.randn(8, 64)
-        for _ in range(2):  # DDP rebuilds its buckets after the first iteration
-            calls.clear()
-            model(x).sum().backward()
-        per_backward = list(calls)
-        calls.clear()
-        for i in range(4):
-            with model.no_sync() if i < 3 else contextlib.nullcontext():
-                model(x).sum().backward()
-        return per_backward, list(calls), sum(p.numel() for p in net.parameters())
-
     try:
-        per_backward, per_update, numel = counts()
+        yield dist
     finally:
-        gc.collect()  # DDP objects sit in reference cycles: returning from counts() does not free the model
+        # DDP objects sit in reference cycles: collect them before the group goes. A Reducer freed after it frees
+        # the last reference to the gloo group, whose destructor then sometimes waits forever for its worker thread.
+        gc.collect()
         dist.destroy_process_group()
-    assert len(per_backward) > 1 and sum(per_backward) == numel
-    assert len(per_update) == len(per_backward)  # one call per bucket, once per update
 
 
-def test_ddp_rebuilds_its_buckets_after_the_first_update_with_a_small_first_bucket():
-    """Notebook 06: its constant counts come from an 18 KiB gradient; past the first-bucket size they change."""
-    import torch.distributed as dist
+def _calls_per_update(widths, updates=3, **ddp_options):
+    """Bytes of each all-reduce call, per update, for a stack of Linear layers under DDP; and the model's cap."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        calls = []
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(*[torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:])]), **ddp_options)
+    log = AllReduceLog(model)
+    sizes = []
+    for _ in range(updates):
+        model(torch.randn(8, widths[0])).sum().backward()
+        sizes.append(log.take())
+    for i in range(4):  # k = 4 with no_sync()
+        with model.no_sync() if i < 3 else contextlib.nullcontext():
+            model(torch.randn(8, widths[0])).sum().backward()
+    sizes.append(log.take())
+    return sizes, model.bucket_bytes_cap
 
-        def hook(state, bucket):
-            calls.append(bucket.buffer().numel() * bucket.buffer().element_size())
-            return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
 
-        def calls_per_update(width):
-            torch.manual_seed(0)
-            net = torch.nn.Sequential(torch.nn.Linear(16, width), torch.nn.Tanh(), torch.nn.Linear(width, width),
-                                      torch.nn.Tanh(), torch.nn.Linear(width, 1))
-            model = DDP(net)
-            model.register_comm_hook(None, hook)
-            grad_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
-            counts = []
-            for _ in range(3):
-                calls.clear()
-                model(torch.randn(4, 16)).sum().backward()
-                counts.append(len(calls))
-                assert sum(calls) == grad_bytes
-            return grad_bytes, counts
+NOTEBOOK_WIDTHS = [16, 1600, 1600, 1600, 1600, 1600, 1]  # the notebook's 39 MiB model
 
-        first = dist._DEFAULT_FIRST_BUCKET_BYTES
-        small_bytes, small = calls_per_update(64)
-        assert small_bytes < first and small == [1, 1, 1]
-        big_bytes, big = calls_per_update(768)  # above the first bucket, far below the cap
-        assert first < big_bytes < 25 * 2**20 // 4
-        assert big[0] == 1 and big[1] > 1 and big[2] == big[1]
-    finally:
-        gc.collect()  # the two DDP models, in reference cycles, go before the group (see the test above)
-        dist.destroy_process_group()
+
+def test_by_default_update_0_is_one_bucket_and_later_ones_follow_the_ready_order_past_the_cap():
+    with group_of_one() as dist:
+        (first, second, third, deferred), cap = _calls_per_update(NOTEBOOK_WIDTHS)
+        first_cap = dist._DEFAULT_FIRST_BUCKET_BYTES
+    assert len(first) == 1 and sum(second) == first[0] and first[0] > cap  # one bucket, larger than the cap
+    assert len(second) > 1 and second == third
+    assert second[0] >= first_cap and any(size > cap for size in second)  # a bucket closes once past its limit
+    assert len(deferred) == len(second)  # with no_sync(): one call per bucket per update
+    assert [round(s / 2**20, 1) for s in second] == [9.8, 29.3, 0.1] and cap == 25 * 2**20
+
+
+def test_with_find_unused_parameters_the_first_update_is_already_split():
+    """The boundary of 'one bucket in update 0': it holds for the default find_unused_parameters=False."""
+    with group_of_one():
+        (first, second, *_), cap = _calls_per_update(NOTEBOOK_WIDTHS, find_unused_parameters=True)
+    assert len(first) > 1 and sum(first) == sum(second)
+
+
+def test_a_gradient_below_the_first_bucket_size_stays_one_bucket():
+    """The notebook's 18 KiB gradient: one call in every update, before and after the rebuild."""
+    with group_of_one() as dist:
+        sizes, _ = _calls_per_update([16, 256, 1])
+        first_cap = dist._DEFAULT_FIRST_BUCKET_BYTES
+    assert [len(s) for s in sizes] == [1, 1, 1, 1] and sizes[0][0] == (16 * 256 + 256 + 256 + 1) * 4 < first_cap
+
+
+def test_all_reduce_log_refuses_a_plain_model_and_a_second_hook():
+    with pytest.raises(TypeError, match="DistributedDataParallel"):
+        AllReduceLog(torch.nn.Linear(2, 2))
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    with group_of_one():
+        model = DDP(torch.nn.Linear(2, 2))
+        AllReduceLog(model)
+        with pytest.raises(RuntimeError, match="one communication hook per model"):
+            AllReduceLog(model)
+        del model
 
 
 # --------------------------------------------------------------------------- exact metrics with DistributedSampler

@@ -23,14 +23,17 @@
   them in rank order. The folder, the logs and everything else live in a temporary
   folder that is removed afterwards.
 
-The training script itself (DDP, ``no_sync()``, the communication hook) is written out
-in the notebook; this package only launches it. Its modules: ``launcher`` (torchrun), ``sweep``
+The training script itself (DDP, ``no_sync()``, the accumulation loop) is written out in the
+notebook; this package launches it and counts what it hands to all-reduce (``AllReduceLog``, in
+``comm``). Its modules: ``launcher`` (torchrun), ``comm``, ``sweep``
 (finding and stopping a run's processes), ``guard`` (the script that cleans up after a dead caller),
 ``failures`` (what went wrong, in words), ``ports``.
 """
 
+from .comm import AllReduceLog
 from .failures import DistributedRunError
 from .launcher import RESULTS_ENV, Run, torchrun
 from .ports import free_port, loopback_interface, port_is_free
 
-__all__ = ["RESULTS_ENV", "DistributedRunError", "Run", "free_port", "loopback_interface", "port_is_free", "torchrun"]
+__all__ = ["RESULTS_ENV", "AllReduceLog", "DistributedRunError", "Run", "free_port", "loopback_interface",
+           "port_is_free", "torchrun"]

@@ -2,8 +2,10 @@
 
 Exercises 1 and 2 show a snippet; its text lives here (the notebook's prompt shows the same
 lines, and a test keeps the two equal), and every reference answer comes from running it.
-Exercise 3 takes the learner's own ``torch.autograd.Function`` and compares its backward with
-the derivative written out below, in float64, at points chosen so that each usual slip gives a
+Exercise 3 takes the learner's own ``torch.autograd.Function``, makes sure that the output of its
+``apply`` was made by the Function's own node (so that the gradient comes from the learner's
+backward, not from an ``apply`` replaced by ``F.silu``), and compares that backward with the
+derivative written out below, in float64, at points chosen so that each usual slip gives a
 different gradient. No check raises on a learner's answer (each is wrapped in ``never_raises``).
 """
 
@@ -230,6 +232,12 @@ def _silu_gradient(answer, x, g):
         return None, wrong(f"calling SiLU.apply(x) raised {describe_error(err)}. Keep the forward as given.")
     if not isinstance(y, torch.Tensor) or y.shape != x.shape or not close(y.detach(), x.detach() * torch.sigmoid(x)):
         return None, wrong("the forward no longer computes x * sigmoid(x); keep it as given and write only backward.")
+    node = y.grad_fn
+    if getattr(type(node), "_forward_cls", None) is not answer:
+        made_by = "no node at all" if node is None else f"the node {type(node).__name__}"
+        return None, wrong(f"SiLU.apply(x) returned a tensor made by {made_by}, not by your Function (its node is "
+                           f"{answer.__name__}Backward), so your backward never ran. Leave apply as "
+                           "torch.autograd.Function defines it, and write the derivative in backward.")
     try:
         (gx,) = torch.autograd.grad(y, x, g, allow_unused=True)
     except Exception as err:  # noqa: BLE001 -- the learner's backward
