@@ -16,6 +16,7 @@ import importlib
 # name -> the module that holds it
 _HOMES = {
     "DistributedRunError": "distributed",
+    "PeakMemory": "measure",
     "SavedTensors": "measure",
     "chain": "graph",
     "check_accumulation": "accumulation",
