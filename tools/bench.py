@@ -86,7 +86,7 @@ TIMING_CLAIMS = {
     ]),
     "07_accumulation_in_practice.ipynb": ("ckpt-time", [
         ("07: an update with activation checkpointing takes longer than the full-batch update",
-         "seconds['checkpoint'] > seconds['full batch']"),
+         "seconds['checkpoint, 3 segments'] > seconds['full batch']"),
     ]),
 }
 

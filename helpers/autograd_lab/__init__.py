@@ -22,6 +22,7 @@ import sys
 _HOMES = {
     "AllReduceLog": "distributed",
     "DistributedRunError": "distributed",
+    "PeakMemory": "measure",
     "SavedTensors": "measure",
     "chain": "graph",
     "check_accumulation": "accumulation",

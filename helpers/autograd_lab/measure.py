@@ -1,4 +1,4 @@
-"""Measuring instruments: graph size, bytes saved for backward, time.
+"""Measuring instruments: graph size, bytes saved for backward, the peak of live tensors, time.
 
 These only count and time. The code being measured (a vectorized loss, a
 looped loss, an accumulation loop) is written in the notebooks.
@@ -16,11 +16,14 @@ import threading
 from dataclasses import dataclass
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from .arguments import check_int, check_seconds
 from .graphmodel import roots_of, visit
 
-__all__ = ["SavedTensors", "count_nodes", "time_call", "Timing", "heap_bytes", "held_bytes"]
+__all__ = ["PeakMemory", "SavedTensors", "count_nodes", "time_call", "Timing", "heap_bytes", "held_bytes"]
 
 
 def count_nodes(tensors) -> int:
@@ -129,6 +132,75 @@ class SavedTensors:
 
     def __repr__(self):
         return f"SavedTensors({self.bytes} bytes in {self.storages} storages, {self.tensors} tensors saved)"
+
+
+class PeakMemory(TorchDispatchMode):
+    """The most bytes of tensors alive at once while the ``with`` block runs, forward *and* backward::
+
+        with PeakMemory() as peak:
+            loss_fn(model(x), y).backward()
+        peak.bytes, peak.mib
+
+    It watches every operation PyTorch runs in the block (a ``TorchDispatchMode``: the backward pass and a
+    checkpoint's recomputation included) and counts each storage an operation creates from when it is made
+    until the last tensor on it is gone; the peak is the highest total seen after an operation. Storages that
+    existed before the block (parameters, inputs) are not counted, nor are views of them; a ``.grad`` made in
+    the block is. It counts tensors, not the allocator: memory a kernel uses only inside itself and what a
+    caching allocator keeps in reserve are not in it. It works the same on every device; on CUDA,
+    ``torch.cuda.max_memory_allocated`` measures the allocator itself.
+
+    Using one instance again starts a fresh count; opening it while it is open is an error.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._live: dict = {}  # storage id -> (weak reference, bytes)
+        self._now = self.bytes = 0
+        self._open = False
+
+    def __enter__(self):
+        if self._open:
+            raise RuntimeError("this PeakMemory block is already open: use a new PeakMemory() to nest one.")
+        self._live, self._now, self.bytes, self._open = {}, 0, 0, True
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self._open = False
+        self._live = {}  # no references kept once the block is closed
+        return super().__exit__(*exc)
+
+    def _forget_freed(self):
+        for key in [key for key, (ref, _) in self._live.items() if ref.expired()]:
+            self._now -= self._live.pop(key)[1]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self._forget_freed()
+        inputs = {_storage_id(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            key = _storage_id(t) if isinstance(t, torch.Tensor) else None
+            if key is None or key in inputs or key in self._live:
+                continue  # not a tensor, a view or in-place result of an input, or counted already
+            storage = t.untyped_storage()
+            self._live[key] = (StorageWeakRef(storage), storage.nbytes())
+            self._now += storage.nbytes()
+        self.bytes = max(self.bytes, self._now)
+        return out
+
+    @property
+    def mib(self) -> float:
+        return self.bytes / 2**20
+
+    def __repr__(self):
+        return f"PeakMemory({self.bytes} bytes at the peak)"
+
+
+def _storage_id(t: torch.Tensor):
+    """The identity of a tensor's storage, or None for a tensor without one (sparse, nested, ...)."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 @dataclass

@@ -4,6 +4,7 @@ For each exercise: wrong answers that must not pass and must get a hint naming t
 written differently from the worked solution that must pass; odd answers that must not make a check raise.
 """
 
+import itertools
 import math
 from fractions import Fraction
 
@@ -55,56 +56,65 @@ def test_updates_placeholder_and_other_settings():
     assert not ex.check_updates_per_epoch((7, 21), n=32, k=8, epochs=2).passed
 
 
-# =========================================================================== exercise 2: the scheduled loop
+# =========================================================================== exercise 2: the loop, fixed
 
-def _share(micro_batches, i, k, x):
-    group = micro_batches[i // k * k:i // k * k + k]
-    return len(x) / sum(len(xg) for xg, _ in group)
+
+def token_loss_sum(model, tokens, labels):
+    """The notebook's summed loss over the real tokens (the script's function, which the answers use)."""
+    logits = model(tokens)
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+
+
+def _real(labels):
+    return (labels != -100).sum()
 
 
 def solution(model, optimizer, scheduler, micro_batches, k):
     n = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        (F.mse_loss(model(x), y) * _share(micro_batches, i, k, x)).backward()
+    for i, (tokens, labels) in enumerate(micro_batches):
+        group = micro_batches[i // k * k:i // k * k + k]
+        (token_loss_sum(model, tokens, labels) / sum(_real(lab) for _, lab in group)).backward()
         if (i + 1) % k == 0 or i + 1 == n:
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
 
 
-def by_groups(model, optimizer, scheduler, micro_batches, k):
-    """Written differently: cut the epoch into groups, sum-reduce, one step each."""
-    for start in range(0, len(micro_batches), k):
-        group = micro_batches[start:start + k]
-        total = sum(len(x) for x, _ in group)
-        for x, y in group:
-            (F.mse_loss(model(x), y, reduction="sum") / total).backward()
+def prefetching(model, optimizer, scheduler, micro_batches, k):
+    """Written differently: groups taken from an iterator, as a streaming loader needs, counted with .ne()."""
+    stream = iter(micro_batches)
+    while group := list(itertools.islice(stream, k)):
+        total = sum(int(lab.ne(-100).sum()) for _, lab in group)
+        for tokens, labels in group:
+            logits = model.forward(tokens)                   # model.forward rather than model(...)
+            F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum",
+                            ignore_index=-100).div(total).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)
         scheduler.step()
 
 
-def counts_updates(model, optimizer, scheduler, micro_batches, k):
-    """Written differently: a counter of micro-batches since the last step."""
-    pending = []
-    for number, (x, y) in enumerate(micro_batches, start=1):
-        pending.append((x, y))
-        if len(pending) == k or number == len(micro_batches):
-            total = sum(len(xp) for xp, _ in pending)
-            for xp, yp in pending:
-                (F.mse_loss(model(xp), yp) * len(xp) / total).backward()
+def weighted_means(model, optimizer, scheduler, micro_batches, k):
+    """Written differently: each micro-batch's token mean weighted by its share of the group's tokens."""
+    n = len(micro_batches)
+    for i, (tokens, labels) in enumerate(micro_batches):
+        group = micro_batches[i // k * k:i // k * k + k]
+        logits = model(tokens)
+        mean = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        (mean * (labels >= 0).sum() / sum((lab >= 0).sum() for _, lab in group)).backward()
+        if i % k == k - 1 or i == n - 1:
             optimizer.step()
             scheduler.step()
             model.zero_grad()
-            pending = []
 
 
 def grad_per_micro_batch(model, optimizer, scheduler, micro_batches, k):
     """Written differently: torch.autograd.grad once per micro-batch, each result added into .grad."""
     params, n = list(model.parameters()), len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        grads = torch.autograd.grad(F.mse_loss(model(x), y) * _share(micro_batches, i, k, x), params)
-        for p, g in zip(params, grads):
+    for i, (tokens, labels) in enumerate(micro_batches):
+        group = micro_batches[i // k * k:i // k * k + k]
+        loss = token_loss_sum(model, tokens, labels) / sum(_real(lab) for _, lab in group)
+        for p, g in zip(params, torch.autograd.grad(loss, params)):
             p.grad = g if p.grad is None else p.grad + g
         if (i + 1) % k == 0 or i + 1 == n:
             optimizer.step()
@@ -116,31 +126,45 @@ def logs_without_gradients(model, optimizer, scheduler, micro_batches, k):
     """Written differently: a gradient-free forward over each micro-batch, for a log, besides the solution's."""
     solution(model, optimizer, scheduler, micro_batches, k)
     with torch.no_grad():
-        [F.mse_loss(model(x), y).item() for x, y in micro_batches]
+        [token_loss_sum(model, t, lab).item() for t, lab in micro_batches]
 
 
-@pytest.mark.parametrize("loop", [solution, by_groups, counts_updates, grad_per_micro_batch, logs_without_gradients])
-def test_scheduled_loop_right_answers_pass(loop):
+@pytest.mark.parametrize("loop", [solution, prefetching, weighted_means, grad_per_micro_batch,
+                                  logs_without_gradients])
+def test_loop_right_answers_pass(loop):
     fb = ex.check_scheduled_loop(loop)
     assert fb.passed, fb
 
 
-def make_loop(*, sched="update", opt="group", scale="share", zero=True):
+def make_loop(*, sched="update", step="group", scale="tokens", zero="after"):
+    """The exercise's loop with one or two mistakes: where the scheduler and the optimizer step, how each
+    micro-batch's loss is divided, where .grad is zeroed."""
+    divide = {
+        "tokens": lambda labels, group, k: sum(_real(lab) for _, lab in group),
+        "mean of means": lambda labels, group, k: _real(labels) * len(group),
+        "mean / k": lambda labels, group, k: _real(labels) * k,
+        "mean": lambda labels, group, k: _real(labels),
+        "sum": lambda labels, group, k: 1,
+    }[scale]
+
     def train_epoch(model, optimizer, scheduler, micro_batches, k):
         n = len(micro_batches)
-        for i, (x, y) in enumerate(micro_batches):
-            factor = _share(micro_batches, i, k, x) if scale == "share" else 1 / k
-            (F.mse_loss(model(x), y) * factor).backward()
-            end = (i + 1) % k == 0 or i + 1 == n if opt == "group" else True
+        for i, (tokens, labels) in enumerate(micro_batches):
+            group = micro_batches[i // k * k:i // k * k + k]
+            if zero == "before each backward":
+                optimizer.zero_grad()
+            (token_loss_sum(model, tokens, labels) / divide(labels, group, k)).backward()
             if sched == "micro-batch":
                 scheduler.step()
+            end = {"group": (i + 1) % k == 0 or i + 1 == n, "first": i % k == 0, "no tail": (i + 1) % k == 0,
+                   "seed": (i - 1) % k == 0 or i + 1 == n, "never": False}[step]
             if end:
                 if sched == "before":
                     scheduler.step()
                 optimizer.step()
                 if sched == "update" or (sched == "full groups" and (i + 1) % k == 0):
                     scheduler.step()
-                if zero:
+                if zero == "after":
                     optimizer.zero_grad()
         if sched == "epoch":
             scheduler.step()
@@ -148,18 +172,36 @@ def make_loop(*, sched="update", opt="group", scale="share", zero=True):
 
 
 @pytest.mark.parametrize("loop, words", [
-    (make_loop(sched="micro-batch"), "once per micro-batch"),       # the exercise's loop, unchanged
-    (make_loop(sched="before"), "before the first optimizer.step()"),
-    (make_loop(sched="full groups"), "should step"),                # forgets the tail group's scheduler step
+    (make_loop(sched="micro-batch", scale="mean of means"), "once per micro-batch"),   # the exercise's loop
+    (make_loop(sched="micro-batch"), "once per micro-batch"),                          # the loss fixed only
+    (make_loop(scale="mean of means"), "Hugging Face"),                               # the schedule fixed only
+    (make_loop(scale="mean / k"), "divided each micro-batch's token mean by k"),
+    (make_loop(scale="mean"), "undivided"),
+    (make_loop(scale="sum"), "summed token loss went into backward() undivided"),
+    (make_loop(sched="before"), "before optimizer.step()"),
+    (make_loop(sched="full groups"), "should step"),                                  # the tail's schedule step
     (make_loop(sched="epoch"), "should step"),
-    (make_loop(sched="never"), "should step"),
-    (make_loop(opt="every"), "optimizer stepped"),
-    (make_loop(scale="k"), "loss scaling"),                         # / k: the short tail group weighs too little
-    (make_loop(zero=False), "zero_grad()"),
+    (make_loop(step="first"), "very first micro-batch"),                               # LLMs-from-scratch#299
+    (make_loop(step="no tail"), "never stepped after the epoch's last micro-batch"),
+    (make_loop(step="seed"), "the groups end after"),                                 # (i - 1) % k
+    (make_loop(step="never"), "never called optimizer.step()"),
+    (make_loop(zero="before each backward"), "wipes what the group accumulated"),
+    (make_loop(zero="never"), "look at how the loss is divided and at zero_grad()"),
 ])
-def test_scheduled_loop_wrong_answers_get_their_hint(loop, words):
+def test_loop_wrong_answers_get_their_hint(loop, words):
     fb = ex.check_scheduled_loop(loop)
     assert _wrong_with(fb, words), fb
+
+
+def test_the_scenarios_expose_the_mean_of_micro_batch_means():
+    """The bug Hugging Face fixed in 2024 passes when every micro-batch holds as many real tokens: the check's
+    micro-batches differ in size and padding inside a group, so its weights differ from the right ones."""
+    loop = make_loop(scale="mean of means")
+    exposed = []
+    for seed, (n, k, sizes) in enumerate(ex._SCENARIOS):
+        start, expected, model, *_ = ex._run(loop, n, k, sizes, seed)
+        exposed.append(not ex._same(model, expected))
+    assert exposed[0] and exposed[1] and not exposed[2]          # k = 1: one micro-batch per group, no bug
 
 
 def _groups(micro_batches, k):
@@ -167,10 +209,10 @@ def _groups(micro_batches, k):
 
 
 def full_batch(model, optimizer, scheduler, micro_batches, k):
-    """Not accumulation: each group's micro-batches concatenated into one forward pass."""
+    """Not accumulation: each group's padded sequences concatenated into one forward pass."""
     for group in _groups(micro_batches, k):
-        x, y = torch.cat([x for x, _ in group]), torch.cat([y for _, y in group])
-        F.mse_loss(model(x), y).backward()
+        tokens, labels = torch.cat([t for t, _ in group]), torch.cat([lab for _, lab in group])
+        (token_loss_sum(model, tokens, labels) / _real(labels)).backward()
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
@@ -179,18 +221,8 @@ def full_batch(model, optimizer, scheduler, micro_batches, k):
 def summed_losses(model, optimizer, scheduler, micro_batches, k):
     """Not accumulation: one backward() over the group's summed micro-batch losses."""
     for group in _groups(micro_batches, k):
-        total = sum(len(x) for x, _ in group)
-        sum(F.mse_loss(model(x), y, reduction="sum") / total for x, y in group).backward()
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
-
-
-def concatenated_outputs(model, optimizer, scheduler, micro_batches, k):
-    """Not accumulation: the group's outputs concatenated into one loss."""
-    for group in _groups(micro_batches, k):
-        out = torch.cat([model(x) for x, _ in group])
-        F.mse_loss(out, torch.cat([y for _, y in group])).backward()
+        total = sum(_real(lab) for _, lab in group)
+        sum(token_loss_sum(model, t, lab) / total for t, lab in group).backward()
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
@@ -200,8 +232,8 @@ def grad_summed(model, optimizer, scheduler, micro_batches, k):
     """Not accumulation: one torch.autograd.grad over the group's summed losses, assigned to .grad."""
     params = list(model.parameters())
     for group in _groups(micro_batches, k):
-        total = sum(len(x) for x, _ in group)
-        grads = torch.autograd.grad(sum(F.mse_loss(model(x), y, reduction="sum") / total for x, y in group), params)
+        total = sum(_real(lab) for _, lab in group)
+        grads = torch.autograd.grad(sum(token_loss_sum(model, t, lab) / total for t, lab in group), params)
         for p, g in zip(params, grads):
             p.grad = g
         optimizer.step()
@@ -211,9 +243,10 @@ def grad_summed(model, optimizer, scheduler, micro_batches, k):
 def grad_logging_forward(model, optimizer, scheduler, micro_batches, k):
     """A logging forward with gradients on builds a second graph per micro-batch."""
     n = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        (F.mse_loss(model(x), y) * _share(micro_batches, i, k, x)).backward()
-        F.mse_loss(model(x), y).item()
+    for i, (tokens, labels) in enumerate(micro_batches):
+        group = micro_batches[i // k * k:i // k * k + k]
+        (token_loss_sum(model, tokens, labels) / sum(_real(lab) for _, lab in group)).backward()
+        token_loss_sum(model, tokens, labels).item()
         if (i + 1) % k == 0 or i + 1 == n:
             optimizer.step()
             scheduler.step()
@@ -221,35 +254,51 @@ def grad_logging_forward(model, optimizer, scheduler, micro_batches, k):
 
 
 NOT_ACCUMULATING = {
-    "full batch": (full_batch, "ran on 12 samples at once"),
+    "full batch": (full_batch, "ran on 6 samples at once"),
     "summed losses": (summed_losses, "one backward() went through the forward passes of 3 micro-batches"),
-    "concatenated outputs": (concatenated_outputs, "one backward() went through the forward passes of 3"),
     "summed losses, autograd.grad": (grad_summed, "one torch.autograd.grad call went through the forward passes"),
 }
 
 
 @pytest.mark.parametrize("name", list(NOT_ACCUMULATING))
-def test_scheduled_loop_that_does_not_accumulate_fails_with_its_hint(name):
+def test_loop_that_does_not_accumulate_fails_with_its_hint(name):
     loop, words = NOT_ACCUMULATING[name]
     fb = ex.check_scheduled_loop(loop)
     assert _wrong_with(fb, words), fb
 
 
 @pytest.mark.parametrize("name", list(NOT_ACCUMULATING))
-def test_scheduled_loop_that_does_not_accumulate_has_the_right_schedule_and_weights(name):
-    """Why it needs the pass checks: by its steps, learning rates and weights alone, it is right."""
+def test_loop_that_does_not_accumulate_has_the_right_schedule_and_weights(name):
+    """Why it needs the pass checks: by its learning rates and weights alone, it is right."""
     loop, _ = NOT_ACCUMULATING[name]
-    for seed, (n, k, size) in enumerate(ex._SCENARIOS):
-        rec, same, _ = ex._run(loop, n, k, size, seed)
-        assert ex._explain_schedule(rec, n, k) is None and same
+    for seed, (n, k, sizes) in enumerate(ex._SCENARIOS):
+        _, expected, model, _, _, epochs = ex._run(loop, n, k, sizes, seed)
+        for epoch, (events, _) in enumerate(epochs):
+            assert ex._explain_schedule(events, n, k, epoch * math.ceil(n / k)) is None
+        assert ex._same(model, expected)
 
 
-def test_scheduled_loop_with_a_logging_forward_on_gradients_is_told_so():
+def test_loop_with_a_logging_forward_on_gradients_is_told_so():
     fb = ex.check_scheduled_loop(grad_logging_forward)
     assert _wrong_with(fb, "ran the model 14 times with gradients on"), fb
 
 
-def test_scheduled_loop_own_scheduler_is_caught():
+def test_loop_that_calls_model_forward_is_counted():
+    """model.forward(x) runs no hooks of the model itself; the check counts on the embedding inside it."""
+    def forward_only(model, optimizer, scheduler, micro_batches, k):
+        for group in _groups(micro_batches, k):
+            tokens, labels = torch.cat([t for t, _ in group]), torch.cat([lab for _, lab in group])
+            logits = model.forward(tokens)
+            (F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum") / _real(labels)).backward()
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    fb = ex.check_scheduled_loop(forward_only)
+    assert _wrong_with(fb, "ran on 6 samples at once") and "0 times" not in fb.message, fb
+    assert ex.check_scheduled_loop(prefetching).passed                      # right, and with model.forward
+
+
+def test_loop_own_scheduler_is_caught():
     """A loop that builds its own scheduler (a constant one) follows no schedule it was given."""
     def own(model, optimizer, scheduler, micro_batches, k):
         mine = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: 1.0)
@@ -257,7 +306,7 @@ def test_scheduled_loop_own_scheduler_is_caught():
     assert not ex.check_scheduled_loop(own).passed
 
 
-def test_scheduled_loop_odd_answers_never_raise():
+def test_loop_odd_answers_never_raise():
     assert ex.check_scheduled_loop(...).status == "unanswered"
     assert ex.check_scheduled_loop(3).status == "malformed"
     assert ex.check_scheduled_loop(lambda model, optimizer: None).status == "malformed"
@@ -266,6 +315,10 @@ def test_scheduled_loop_odd_answers_never_raise():
         raise ValueError("oops")
     fb = ex.check_scheduled_loop(raises)
     assert fb.status == "malformed" and "ValueError: oops" in fb.message
+
+    def uses_len_of_a_tensor(model, optimizer, scheduler, micro_batches, k):
+        len(torch.tensor(1.0))
+    assert ex.check_scheduled_loop(uses_len_of_a_tensor).status == "malformed"
 
 
 def test_lr_factor_warms_up_then_decays():

@@ -150,6 +150,71 @@ def test_an_error_inside_the_block_closes_it():
     assert measure._open_blocks() == []
 
 
+# ---------------------------------------------------------------- PeakMemory
+
+MIB = 2**20
+
+
+def test_peak_memory_counts_what_is_alive_at_once_counted_by_hand():
+    with lab.PeakMemory() as peak:
+        a = torch.zeros(256, 1024)          # 1 MiB
+        b = torch.zeros(256, 1024)          # 2 MiB alive
+        del a, b
+        c = torch.zeros(512, 1024)          # 2 MiB, after both were freed
+        d = c + 1                           # 4 MiB alive: the peak
+        del c, d
+        torch.zeros(128, 1024)              # 0.5 MiB, freed at once
+    assert peak.bytes == 4 * MIB and peak.mib == 4.0
+
+
+def test_peak_memory_leaves_out_what_existed_before_views_of_it_and_in_place_results():
+    x = torch.zeros(256, 1024)
+    with lab.PeakMemory() as peak:
+        x.add_(1)                           # in place: no new storage
+        view = x[:128].t()                  # a view of x: no new storage
+        y = view.contiguous()               # a copy of half of x: 0.5 MiB
+    assert peak.bytes == MIB // 2
+    del y
+
+
+def test_peak_memory_sees_the_backward_pass_and_the_gradient_it_leaves():
+    w = torch.randn(256, 1024, requires_grad=True)
+    x = torch.randn(256, 1024)
+    with lab.PeakMemory() as peak:
+        (w * x).sum().backward()            # the product (1 MiB), then backward's gradient of it (1 MiB) = w.grad
+    assert w.grad is not None and MIB <= peak.bytes <= 3 * MIB
+
+
+def test_peak_memory_sees_a_checkpoint_recompute_its_segment():
+    from torch.utils.checkpoint import checkpoint
+
+    layers = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)])
+    x = torch.randn(1024, 256)
+
+    def peak(run):
+        for p in layers.parameters():
+            p.grad = None
+        with lab.PeakMemory() as measured:
+            run().sum().backward()
+        return measured.bytes
+
+    plain = peak(lambda: layers(x))
+    whole = peak(lambda: checkpoint(layers, x, use_reentrant=False))
+    assert abs(whole - plain) <= 0.02 * plain      # the recomputation brings the whole segment back at once
+
+
+def test_peak_memory_a_second_block_counts_afresh_and_an_open_block_cannot_reopen():
+    peak = lab.PeakMemory()
+    with peak:
+        torch.zeros(256, 1024)
+    with peak:
+        torch.zeros(128, 1024)
+    assert peak.bytes == MIB // 2 and "bytes at the peak" in repr(peak)
+    with peak:
+        with pytest.raises(RuntimeError, match="already open"):
+            peak.__enter__()
+
+
 # ---------------------------------------------------------------- time_call (no timing asserted)
 
 

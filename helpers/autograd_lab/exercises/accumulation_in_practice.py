@@ -2,15 +2,18 @@
 
 - ``check_updates_per_epoch(answer)``: how many optimizer (and scheduler) steps one epoch and three
   epochs take for 50 micro-batches and k = 8; groups never span an epoch's end.
-- ``check_scheduled_loop(train_epoch)``: the learner's fix of a loop whose learning-rate scheduler
-  steps once per micro-batch. The loop runs on small problems with a recording optimizer and
-  scheduler; the check first refuses, as notebook 04's check does (:mod:`.loops`), a loop that does not accumulate (one
-  forward over a whole group, one backward over several micro-batches), then compares the learning
-  rate each update used, the step counts and order, and the weights with a reference.
+- ``check_scheduled_loop(train_epoch)``: the learner's fix of a loop over padded token micro-batches whose
+  scheduler steps once per micro-batch and whose loss is the mean of the micro-batch means. The loop runs for
+  two epochs on small problems whose micro-batches differ in size and padding, with a recording optimizer and
+  scheduler. The check first refuses, as notebook 04's does (:mod:`.loops`), a loop that does not accumulate
+  (one forward over a whole group, one backward over several micro-batches); then it compares where the
+  optimizer stepped, how the scheduler stepped and the learning rate each update used, and last the weights
+  with training on each group as one batch, naming the loss scalings that plausible wrong loops use.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 
@@ -69,101 +72,212 @@ def check_updates_per_epoch(answer, n: int = UPDATES_TASK["n"], k: int = UPDATES
                  "last one?")
 
 
-# --------------------------------------------------------------------------- 2. fix the scheduled loop
+# --------------------------------------------------------------------------- 2. fix the loop
+
 
 _SIGNATURE = "train_epoch(model, optimizer, scheduler, micro_batches, k)"
-_LR = 0.1
-# (number of micro-batches, k, samples per micro-batch)
-_SCENARIOS = [(7, 3, 4), (8, 4, 3), (5, 1, 2), (3, 5, 4)]
+_LR = 0.5
+_EPOCHS = 2
+_VOCAB, _LENGTH, _IGNORE = 7, 5, -100
+# (micro-batches per epoch, k, the sequences of each micro-batch in turn): unequal micro-batches inside a group,
+# a short last group, k = 1, and one group shorter than k
+_SCENARIOS = [(7, 3, (2, 1, 3)), (8, 4, (1, 3, 2)), (5, 1, (2, 3)), (3, 5, (3, 1, 2))]
 
 
 def lr_factor(update: int) -> float:
-    """A warm-up of 2 updates, then a decay: the schedule of exercise 2 (and of the notebook)."""
+    """A warm-up of 2 updates, then a decay: the schedule of exercise 2."""
     return (update + 1) / 2 if update < 2 else 2 / (update + 1)
 
 
 class _Recorder:
-    """The events of one run: ("step", lr used) for each optimizer step, ("sched",) for each scheduler step."""
+    """Where a loop stepped: ("step", lr used, forwards so far) per optimizer step, ("sched", forwards so far) per
+    scheduler step; ``forwards()`` counts the forward passes of the epoch so far."""
 
-    def __init__(self, model):
+    def __init__(self, model, forwards):
         events = self.events = []
 
         class Optimizer(torch.optim.SGD):
             def step(self, closure=None):
-                events.append(("step", self.param_groups[0]["lr"]))
+                events.append(("step", self.param_groups[0]["lr"], forwards()))
                 return super().step(closure)
 
         class Scheduler(torch.optim.lr_scheduler.LambdaLR):
             def step(self, epoch=None):
                 if getattr(self, "_ready", False):
-                    events.append(("sched",))
+                    events.append(("sched", forwards()))
                 return super().step(epoch)
 
         self.optimizer = Optimizer(model.parameters(), lr=_LR)
         self.scheduler = Scheduler(self.optimizer, lr_factor)
         self.scheduler._ready = True
 
-    def lrs(self):
-        return [e[1] for e in self.events if e[0] == "step"]
 
-    def count(self, kind):
-        return sum(e[0] == kind for e in self.events)
+def _model():
+    return nn.Sequential(nn.Embedding(_VOCAB, 4), nn.Linear(4, _VOCAB))
 
 
-def _problem(n, size, seed):
+def _problem(n, sizes, seed):
+    """A model and ``n`` micro-batches of padded sequences, ``sizes[i % len(sizes)]`` sequences in the i-th."""
     g = torch.Generator().manual_seed(seed)
-    w = torch.randn(3, 1, generator=g)
     batches = []
-    for _ in range(n):
-        x = torch.randn(size, 3, generator=g)
-        batches.append((x, x @ w + 0.1 * torch.randn(size, 1, generator=g)))
+    for i in range(n):
+        size = sizes[i % len(sizes)]
+        tokens = torch.randint(_VOCAB, (size, _LENGTH), generator=g)
+        labels = torch.randint(_VOCAB, (size, _LENGTH), generator=g)
+        labels[torch.arange(_LENGTH) >= torch.randint(1, _LENGTH + 1, (size, 1), generator=g)] = _IGNORE
+        batches.append((tokens, labels))
     torch.manual_seed(seed)
-    return nn.Linear(3, 1), batches
+    return _model(), batches
 
 
-def _reference_weights(model, batches, k):
-    """Each group's mean gradient, one SGD step at the scheduled learning rate per group."""
+def _token_loss(weights, tokens, labels):
+    """The summed cross-entropy over the real tokens, and their number, for the model's weights as a list."""
+    logits = nn.functional.embedding(tokens, weights[0]) @ weights[1].T + weights[2]
+    loss = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=_IGNORE,
+                                       reduction="sum")
+    return loss, (labels != _IGNORE).sum()
+
+
+# how each micro-batch's summed loss is divided: the right rule, and the ones plausible wrong loops use
+_SCALINGS = {
+    "right": lambda own, group_tokens, group_size, k: group_tokens,
+    "mean of means": lambda own, group_tokens, group_size, k: own * group_size,
+    "mean / k": lambda own, group_tokens, group_size, k: own * k,
+    "mean": lambda own, group_tokens, group_size, k: own,
+    "sum": lambda own, group_tokens, group_size, k: 1,
+}
+
+
+def _reference_weights(model, batches, k, scaling, zero_each=False):
+    """The weights after ``_EPOCHS`` epochs of SGD steps at the scheduled learning rates, one per group, each
+    micro-batch's summed loss divided as ``scaling`` says; ``zero_each``: only the group's last micro-batch
+    counts (``.grad`` wiped before every backward)."""
     weights = [p.detach().clone() for p in model.parameters()]
-    for update, start in enumerate(range(0, len(batches), k)):
-        group = batches[start:start + k]
-        x = torch.cat([b[0] for b in group])
-        y = torch.cat([b[1] for b in group])
-        params = [w.clone().requires_grad_() for w in weights]
-        loss = nn.functional.mse_loss(x @ params[0].T + params[1], y)
-        grads = torch.autograd.grad(loss, params)
-        weights = [w - _LR * lr_factor(update) * g for w, g in zip(weights, grads)]
+    update = 0
+    for _ in range(_EPOCHS):
+        for start in range(0, len(batches), k):
+            group = batches[start:start + k]
+            group_tokens = sum((labels != _IGNORE).sum() for _, labels in group)
+            params = [w.clone().requires_grad_() for w in weights]
+            total = 0
+            for tokens, labels in group[-1:] if zero_each else group:
+                loss, own = _token_loss(params, tokens, labels)
+                total = total + loss / _SCALINGS[scaling](own, group_tokens, len(group), k)
+            grads = torch.autograd.grad(total, params)
+            weights = [w - _LR * lr_factor(update) * g for w, g in zip(weights, grads)]
+            update += 1
     return weights
 
 
-def _run(train_epoch, n, k, size, seed):
-    model, batches = _problem(n, size, seed)
-    expected = _reference_weights(model, batches, k)
-    rec = _Recorder(model)
-    with warnings.catch_warnings(), record_passes(model) as passes:
-        warnings.simplefilter("ignore")  # PyTorch's order warning: the feedback names the mistake itself
-        train_epoch(model, rec.optimizer, rec.scheduler, batches, k)
-    same = all(torch.allclose(p.detach(), e, rtol=1e-4, atol=1e-6) for p, e in zip(model.parameters(), expected))
-    return rec, same, passes
+def _same(model, weights) -> bool:
+    return all(torch.allclose(p.detach(), w, rtol=1e-4, atol=1e-6) for p, w in zip(model.parameters(), weights))
 
 
-def _explain_schedule(rec, n, k):
-    updates, sched = math.ceil(n / k), rec.count("sched")
+def _run(train_epoch, n, k, sizes, seed):
+    """Run the learner's loop for ``_EPOCHS`` epochs: (the model before, the weights expected, the model after,
+    its batches, the recorder, and each epoch's events and pass log)."""
+    model, batches = _problem(n, sizes, seed)
+    start = copy.deepcopy(model)
+    expected = _reference_weights(start, batches, k, "right")  # before the learner's code runs
+    log = {"passes": None}
+    rec = _Recorder(model, lambda: len(log["passes"].forward_sizes) if log["passes"] else 0)
+    epochs = []
+    for _ in range(_EPOCHS):
+        # forwards are counted on the embedding, which every call of the model goes through (model.forward too)
+        with warnings.catch_warnings(), record_passes(model[0]) as passes:
+            warnings.simplefilter("ignore")  # PyTorch's order warning: the feedback names the mistake itself
+            log["passes"] = passes
+            before = len(rec.events)
+            train_epoch(model, rec.optimizer, rec.scheduler, batches, k)
+        epochs.append((rec.events[before:], passes))
+    return start, expected, model, batches, rec, epochs
+
+
+def _explain_steps(steps, n, k):
+    """Where the optimizer stepped in one epoch, against the end of every group: the wrong feedback's text."""
+    at = [e[2] for e in steps]                 # after how many micro-batches of the epoch
+    expected = [min(end, n) for end in range(k, n + k, k)]
     setting = f"(n = {n} micro-batches, k = {k})"
-    if rec.count("step") != updates:
-        return (f"the optimizer stepped {rec.count('step')} times {setting}; it should step once per group: "
-                f"{updates} times, the shorter last group included.")
-    if sched == n and n != updates:
-        return (f"the scheduler stepped {sched} times, once per micro-batch {setting}: the schedule ran k times "
+    if at == expected:
+        return None
+    if not at:
+        return f"your loop never called optimizer.step() {setting}: step once at the end of every group."
+    if k > 1 and at and at[0] == 1:
+        return (f"your loop stepped the optimizer right after the very first micro-batch {setting}: a condition "
+                "like i % k == 0 is true at i = 0, so the first update used one micro-batch, not k. Step when "
+                "(i + 1) % k == 0, and after the epoch's last micro-batch.")
+    if n not in at:
+        return (f"your loop never stepped after the epoch's last micro-batch {setting}: the last group's gradient "
+                "stays in .grad and leaks into the next epoch. Step at the last micro-batch too.")
+    if len(at) != len(expected):
+        return (f"the optimizer stepped {len(at)} times {setting}; it should step once per group: "
+                f"{len(expected)} times, the shorter last group included.")
+    return (f"the optimizer stepped after micro-batches {at} (counted from 1) {setting}; the groups end after "
+            f"{expected}.")
+
+
+def _explain_schedule(events, n, k, first_update):
+    """How the scheduler stepped in one epoch: the wrong feedback's text, or None."""
+    steps, scheds = [e for e in events if e[0] == "step"], [e for e in events if e[0] == "sched"]
+    updates = math.ceil(n / k)
+    setting = f"(n = {n} micro-batches, k = {k})"
+    if len(scheds) == n and n != updates:
+        return (f"the scheduler stepped {n} times, once per micro-batch {setting}: the schedule ran k times "
                 "too fast. Step it right after optimizer.step(), once per update.")
-    if sched != updates:
-        return (f"the scheduler stepped {sched} times {setting}; the schedule counts updates, so it should step "
-                f"{updates} times, each time right after optimizer.step().")
-    if rec.events[0] == ("sched",):
-        return ("the scheduler stepped before the first optimizer.step(): the first update used the second value "
-                "of the schedule (PyTorch warns about this order). Step the optimizer first.")
-    expected = [_LR * lr_factor(u) for u in range(updates)]
-    if not all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(rec.lrs(), expected)):
-        return f"the updates used learning rates {rec.lrs()}; the schedule gives {expected}."
+    if len(scheds) != updates:
+        return (f"the scheduler stepped {len(scheds)} times {setting}; the schedule counts updates, so it should "
+                f"step {updates} times, each time right after optimizer.step().")
+    if any(e[0] == "sched" and (i == 0 or events[i - 1][0] != "step") for i, e in enumerate(events)):
+        return ("the scheduler stepped before optimizer.step(): the update then used the next value of the schedule "
+                "(PyTorch warns about this order). Step the scheduler right after the optimizer.")
+    used = [e[1] for e in steps]
+    expected = [_LR * lr_factor(first_update + u) for u in range(updates)]
+    if not all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(used, expected)):
+        return f"the updates used learning rates {used}; the schedule gives {expected}."
+    return None
+
+
+_SCALING_HINTS = {
+    "mean of means": "you divided each micro-batch's token mean by the number of micro-batches in its group: a "
+                     "micro-batch with few real tokens then weighs as much as a full one (the bug Hugging Face "
+                     "transformers fixed in 2024). Sum the token losses and divide by the real tokens of the whole "
+                     "group, counted before its first backward().",
+    "mean / k": "you divided each micro-batch's token mean by k: micro-batches with few real tokens weigh as much "
+                "as full ones, and a short last group counts less. Divide the summed loss by the group's real "
+                "tokens.",
+    "mean": "each micro-batch's token mean went into backward() undivided: the group's gradient is a sum of "
+            "means, several times too large. Divide the summed loss by the group's real tokens.",
+    "sum": "the summed token loss went into backward() undivided: divide it by the real tokens of the group.",
+}
+
+
+def _explain_weights(start, model, batches, k):
+    for scaling, hint in _SCALING_HINTS.items():
+        if _same(model, _reference_weights(start, batches, k, scaling)):
+            return hint
+    if _same(model, _reference_weights(start, batches, k, "right", zero_each=True)):
+        return ("at each step .grad held only the group's last micro-batch: zero_grad() before every backward() "
+                "wipes what the group accumulated. Zero it after optimizer.step().")
+    return ("the steps and the learning rates are right, but the weights differ from training on each group as "
+            "one batch (its summed token loss divided by its real tokens): look at how the loss is divided and "
+            "at zero_grad().")
+
+
+def _scenario_problem(train_epoch, seed, n, k, sizes):
+    """The first problem the learner's loop shows in one scenario, as the wrong feedback's text, or None."""
+    start, expected, model, batches, rec, epochs = _run(train_epoch, n, k, sizes, seed)
+    for epoch, (events, passes) in enumerate(epochs):
+        setting = f"In epoch {epoch + 1}, with n = {n} micro-batches and k = {k}"
+        fb = pass_mistake(setting, passes, micro_batches=n, largest=max(sizes),
+                          forwards=len(passes.forward_sizes))
+        if fb is not None:
+            return fb.message
+        steps = [e for e in events if e[0] == "step"]
+        problem = _explain_steps(steps, n, k) or _explain_schedule(events, n, k, epoch * math.ceil(n / k))
+        if problem:
+            return problem
+    if not _same(model, expected):
+        return _explain_weights(start, model, batches, k)
     return None
 
 
@@ -173,23 +287,14 @@ def check_scheduled_loop(train_epoch) -> Feedback:
     problem = read_function(train_epoch, f"your function {_SIGNATURE}", _SIGNATURE, 5)
     if problem is not None:
         return problem
-    for seed, (n, k, size) in enumerate(_SCENARIOS):
+    for seed, (n, k, sizes) in enumerate(_SCENARIOS):
         try:
-            rec, same, passes = _run(train_epoch, n, k, size, seed)
+            problem = _scenario_problem(train_epoch, seed, n, k, sizes)
         except Exception as err:  # noqa: BLE001 -- the learner's loop can raise anything
             return malformed(f"your loop raised {describe_error(err)} (n = {n} micro-batches, k = {k}).")
-        # Notebook 04's checks first: a loop that does not accumulate (a forward pass over a whole group, or one
-        # backward() over several micro-batches' losses) gets the full-batch numbers and must not pass.
-        fb = pass_mistake(f"With n = {n} micro-batches and k = {k}", passes, micro_batches=n, largest=size,
-                          forwards=len(passes.forward_sizes))
-        if fb is not None:
-            return fb
-        problem = _explain_schedule(rec, n, k)
-        if problem is None and not same:
-            problem = (f"the steps and the learning rates are right, but the weights differ from one SGD step per "
-                       f"group on the group's mean gradient (n = {n}, k = {k}): look at the loss scaling and at "
-                       "zero_grad().")
         if problem:
             return wrong(problem)
-    return correct("one scheduler step right after each optimizer step, the short last group included: every "
-                   "update used the learning rate the schedule gives for it, for every n and k tried.")
+    return correct("every group's summed token loss divided by its real tokens, and one scheduler step right after "
+                   "each optimizer step, the short last group included: every update used the schedule's learning "
+                   "rate and the weights follow training on each group as one batch, for every n and k tried, "
+                   "over two epochs.")
