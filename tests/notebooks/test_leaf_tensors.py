@@ -287,11 +287,11 @@ def test_scaled_weight_trap_and_its_fixes():
         assert fixed.is_leaf and torch.equal(fixed.grad, x)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_to_cuda_copies_and_is_not_a_leaf():
+@pytest.mark.parametrize("device", ["meta"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_to_another_device_copies_and_is_not_a_leaf(device):
     w = torch.rand(3, requires_grad=True)
-    moved = w.to("cuda")
-    assert moved is not w and not moved.is_leaf
+    moved = w.to(device)
+    assert moved is not w and not moved.is_leaf and moved.grad_fn is not None
 
 
 # ---------------------------------------------------------------- the widgets' checked twins
