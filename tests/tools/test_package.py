@@ -51,13 +51,22 @@ NotebookClient(nb, timeout=600, kernel_name="python3", resources=where).execute(
 text = lambda out: out.get("text", "") or out.get("data", {}).get("text/plain", "")
 print(json.dumps([{"tags": c.metadata.get("tags", []), "ran": c.execution_count is not None,
                    "errors": [o["ename"] for o in c.outputs if o["output_type"] == "error"],
+                   "svg": sum("image/svg+xml" in o.get("data", {}) for o in c.outputs),
                    "text": "".join(text(o) for o in c.outputs)} for c in nb.cells if c.cell_type == "code"]))
 """
 
 
-def run(cmd: list, cwd: Path, timeout: float = 900) -> str:
+def path_without_dot() -> str:
+    """PATH without the folders that hold a Graphviz `dot`: the learner's machine that has none."""
+    return os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if p and not (Path(p) / "dot").exists())
+
+
+def run(cmd: list, cwd: Path, timeout: float = 900, path: str | None = None) -> str:
     """Run a command outside the repository and outside this test's Python (no PYTHONPATH, no venv)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    if path is not None:
+        env["PATH"] = path
     done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     command = " ".join(map(str, cmd))
     assert done.returncode == 0, f"{command} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -131,8 +140,13 @@ def test_its_command_makes_a_copy_from_the_wheel_whose_notebook_runs_in_a_fresh_
     assert (copy / "solutions").is_dir()
     assert "up to date" in run([python, "-m", "autograd_lab", "my-course", "--copy-only"], cwd=base)
 
-    cells = json.loads(run([python, "-c", EXECUTE, copy / NOTEBOOK], cwd=base).splitlines()[-1])
+    # no `dot` on PATH: the graphs are laid out by graphviz-pure, which the wheel brought
+    shown = run([python, "-c", EXECUTE, copy / NOTEBOOK], cwd=base, path=path_without_dot())
+    cells = json.loads(shown.splitlines()[-1])
     assert all(c["ran"] for c in cells)
+    published = json.loads((REPO / "notebooks" / NOTEBOOK).read_text())["cells"]
+    drawn = sum("image/svg+xml" in o.get("data", {}) for c in published for o in c.get("outputs", []))
+    assert drawn and sum(c["svg"] for c in cells) == drawn, "every graph of the notebook is a picture"
     unexpected = [c for c in cells if c["errors"] and "raises-exception" not in c["tags"]]
     assert unexpected == [], unexpected
     solved = [c["text"] for c in cells if "solution-loaded" in c["tags"]]
