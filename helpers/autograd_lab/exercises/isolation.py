@@ -76,10 +76,15 @@ def kept_as_found():
     finally:
         _restore_namespaces(namespaces)
         _pop_modes(function_modes, dispatch_modes)
+        # each put back only when changed: use_deterministic_algorithms imports half of torch on its first call
         if torch.get_default_device() != device:
             torch.set_default_device(device)
-        torch.set_grad_enabled(grad)
-        torch.set_default_dtype(dtype)
-        torch.set_anomaly_enabled(*anomaly)
-        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
-
+        if torch.is_grad_enabled() != grad:
+            torch.set_grad_enabled(grad)
+        if torch.get_default_dtype() != dtype:
+            torch.set_default_dtype(dtype)
+        if (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()) != anomaly:
+            torch.set_anomaly_enabled(*anomaly)
+        if (torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled()) != deterministic:
+            torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
