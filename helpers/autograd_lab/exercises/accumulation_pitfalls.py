@@ -189,14 +189,17 @@ def _micro(x, y, k):
     return zip(x.tensor_split(k), y.tensor_split(k))
 
 
-def _clip(model, how):
+def _clip(model, how, bound=MAX_VALUE):
     if how == "value":
-        nn.utils.clip_grad_value_(model.parameters(), MAX_VALUE)
+        nn.utils.clip_grad_value_(model.parameters(), bound)
     elif how == "norm":
-        nn.utils.clip_grad_norm_(model.parameters(), MAX_VALUE)
+        nn.utils.clip_grad_norm_(model.parameters(), bound)
 
 
-def _variant(*, clip="after", how="value", pen="scaled", scale="share", step="once", zero=True):
+_DEMO_MAX_NORM = 0.2  # the bound notebook 05's comparison table clips at (max_norm=0.2), not the exercise's
+
+
+def _variant(*, clip="after", how="value", pen="scaled", scale="share", step="once", zero=True, bound=MAX_VALUE):
     """Exercise 2's update written one way: right with the defaults, else one known mistake."""
 
     def update(model, opt, x, y, k):
@@ -211,11 +214,11 @@ def _variant(*, clip="after", how="value", pen="scaled", scale="share", step="on
                 loss = loss + LAM * penalty(model)
             loss.backward()
             if clip == "inside":
-                _clip(model, how)
+                _clip(model, how, bound)
             if step == "inside":
                 opt.step()
         if clip == "after":
-            _clip(model, how)
+            _clip(model, how, bound)
         if step == "once":
             opt.step()
 
@@ -238,6 +241,17 @@ _DIAGNOSES = [
     (
         dict(how="norm"),
         "you clip the gradient's norm; the reference clips each entry by value: "
+        "nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE), after the loop.",
+    ),
+    (
+        dict(bound=_DEMO_MAX_NORM),
+        f"you clip at {_DEMO_MAX_NORM}, the max_norm of the notebook's comparison table; this exercise clips each "
+        f"entry at ex.MAX_VALUE = {MAX_VALUE}: nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE).",
+    ),
+    (
+        dict(how="norm", bound=_DEMO_MAX_NORM),
+        f"you clip the gradient's norm at {_DEMO_MAX_NORM}, as the notebook's comparison table does; this exercise "
+        f"clips each entry by value at ex.MAX_VALUE = {MAX_VALUE}: "
         "nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE), after the loop.",
     ),
     (
