@@ -13,16 +13,16 @@
 
 from __future__ import annotations
 
-import copy
 import math
 import warnings
 
 import torch
 from torch import nn
 
-from .answers import as_int, is_unanswered, read_function
+from .answers import as_int, close, is_unanswered, read_function
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
-from .loops import pass_mistake, record_passes
+from .isolation import kept_as_found
+from .loops import pass_mistake, record_passes, thrown_away_mistake
 
 __all__ = ["check_updates_per_epoch", "check_scheduled_loop", "UPDATES_TASK", "lr_factor"]
 
@@ -170,27 +170,25 @@ def _reference_weights(model, batches, k, scaling, zero_each=False):
 
 
 def _same(model, weights) -> bool:
-    return all(torch.allclose(p.detach(), w, rtol=1e-4, atol=1e-6) for p, w in zip(model.parameters(), weights))
+    return all(close(p.detach(), w, rtol=1e-4, atol=1e-6) for p, w in zip(model.parameters(), weights))
 
 
 def _run(train_epoch, n, k, sizes, seed):
-    """Run the learner's loop for ``_EPOCHS`` epochs: (the model before, the weights expected, the model after,
-    its batches, the recorder, and each epoch's events and pass log)."""
+    """Run the learner's loop for ``_EPOCHS`` epochs: (the model after, the recorder, and each epoch's events and
+    pass log). The expected weights are computed afterwards, from the problem regenerated from its seed."""
     model, batches = _problem(n, sizes, seed)
-    start = copy.deepcopy(model)
-    expected = _reference_weights(start, batches, k, "right")  # before the learner's code runs
     log = {"passes": None}
     rec = _Recorder(model, lambda: len(log["passes"].forward_sizes) if log["passes"] else 0)
     epochs = []
     for _ in range(_EPOCHS):
         # forwards are counted on the embedding, which every call of the model goes through (model.forward too)
-        with warnings.catch_warnings(), record_passes(model[0]) as passes:
+        with warnings.catch_warnings(), record_passes(model[0]) as passes, kept_as_found():
             warnings.simplefilter("ignore")  # PyTorch's order warning: the feedback names the mistake itself
             log["passes"] = passes
             before = len(rec.events)
             train_epoch(model, rec.optimizer, rec.scheduler, batches, k)
         epochs.append((rec.events[before:], passes))
-    return start, expected, model, batches, rec, epochs
+    return model, rec, epochs
 
 
 def _explain_steps(steps, n, k):
@@ -265,7 +263,7 @@ def _explain_weights(start, model, batches, k):
 
 def _scenario_problem(train_epoch, seed, n, k, sizes):
     """The first problem the learner's loop shows in one scenario, as the wrong feedback's text, or None."""
-    start, expected, model, batches, rec, epochs = _run(train_epoch, n, k, sizes, seed)
+    model, rec, epochs = _run(train_epoch, n, k, sizes, seed)
     for epoch, (events, passes) in enumerate(epochs):
         setting = f"In epoch {epoch + 1}, with n = {n} micro-batches and k = {k}"
         fb = pass_mistake(setting, passes, micro_batches=n, largest=max(sizes),
@@ -276,8 +274,13 @@ def _scenario_problem(train_epoch, seed, n, k, sizes):
         problem = _explain_steps(steps, n, k) or _explain_schedule(events, n, k, epoch * math.ceil(n / k))
         if problem:
             return problem
-    if not _same(model, expected):
+    start, batches = _problem(n, sizes, seed)  # fresh: the learner's code never saw these
+    if not _same(model, _reference_weights(start, batches, k, "right")):
         return _explain_weights(start, model, batches, k)
+    for epoch, (_, passes) in enumerate(epochs):
+        fb = thrown_away_mistake(f"In epoch {epoch + 1}, with n = {n} micro-batches and k = {k}", passes)
+        if fb is not None:
+            return fb.message
     return None
 
 

@@ -10,14 +10,16 @@ learner's code with.
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from torch import nn
 from torch.nn.functional import mse_loss
 
-from .answers import is_unanswered
+from .answers import equal, is_unanswered
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
-from .loops import record_passes, wide_pass_mistake
+from .isolation import kept_as_found
+from .loops import record_passes, thrown_away_mistake, wide_pass_mistake
 
 __all__ = [
     "IN_FEATURES",
@@ -151,21 +153,31 @@ def _largest_param_diff(model_a, model_b, start):
 
 
 def _run(make_model, full, accumulated, k, *, n=24, updates=2, seed=0, make_opt=None):
-    """Parameters of ``full`` against ``accumulated`` after ``updates`` updates: the largest relative difference."""
+    """Parameters of ``full`` against ``accumulated`` after ``updates`` updates: the largest relative difference.
+
+    The accumulated run (the learner's code in exercise 2) goes first, on copies of the data; the full-batch run
+    starts only when it has returned, so no frame above the learner's code holds the reference."""
     make_opt = make_opt or (lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9))
+    model_a = _train(make_model, make_opt, lambda m, o, x, y: accumulated(m, o, x, y, k), n, updates, seed)
+    model_f = _train(make_model, make_opt, full, n, updates, seed)
+    torch.manual_seed(seed)
+    start = [p.detach().clone() for p in copy.deepcopy(make_model()).parameters()]
+    return _largest_param_diff(model_a, model_f, start)
+
+
+def _train(make_model, make_opt, update, n, updates, seed):
+    """A model made after torch.manual_seed(seed), after ``updates`` calls of ``update`` on batches drawn from
+    ``seed`` (each call on fresh copies, after torch.manual_seed(seed + 1), the kernel kept as found)."""
     gen = torch.Generator().manual_seed(seed)
     data = [(torch.randn(n, IN_FEATURES, generator=gen), torch.randn(n, 1, generator=gen)) for _ in range(updates)]
     torch.manual_seed(seed)
-    model_f = make_model()
-    model_a = copy.deepcopy(model_f)
-    opt_f, opt_a = make_opt(model_f.parameters()), make_opt(model_a.parameters())
-    start = [p.detach().clone() for p in model_f.parameters()]
+    model = copy.deepcopy(make_model())  # the learner's own model object (exercise 3) stays untouched
+    opt = make_opt(model.parameters())
     for x, y in data:
         torch.manual_seed(seed + 1)
-        full(model_f, opt_f, x, y)
-        torch.manual_seed(seed + 1)
-        accumulated(model_a, opt_a, x, y, k)
-    return _largest_param_diff(model_a, model_f, start)
+        with kept_as_found():
+            update(model, opt, x.clone(), y.clone())
+    return model
 
 
 # ---------------------------------------------------------------- exercise 2: write the accumulated update
@@ -177,14 +189,17 @@ def _micro(x, y, k):
     return zip(x.tensor_split(k), y.tensor_split(k))
 
 
-def _clip(model, how):
+def _clip(model, how, bound=MAX_VALUE):
     if how == "value":
-        nn.utils.clip_grad_value_(model.parameters(), MAX_VALUE)
+        nn.utils.clip_grad_value_(model.parameters(), bound)
     elif how == "norm":
-        nn.utils.clip_grad_norm_(model.parameters(), MAX_VALUE)
+        nn.utils.clip_grad_norm_(model.parameters(), bound)
 
 
-def _variant(*, clip="after", how="value", pen="scaled", scale="share", step="once", zero=True):
+_DEMO_MAX_NORM = 0.2  # the bound notebook 05's comparison table clips at (max_norm=0.2), not the exercise's
+
+
+def _variant(*, clip="after", how="value", pen="scaled", scale="share", step="once", zero=True, bound=MAX_VALUE):
     """Exercise 2's update written one way: right with the defaults, else one known mistake."""
 
     def update(model, opt, x, y, k):
@@ -199,11 +214,11 @@ def _variant(*, clip="after", how="value", pen="scaled", scale="share", step="on
                 loss = loss + LAM * penalty(model)
             loss.backward()
             if clip == "inside":
-                _clip(model, how)
+                _clip(model, how, bound)
             if step == "inside":
                 opt.step()
         if clip == "after":
-            _clip(model, how)
+            _clip(model, how, bound)
         if step == "once":
             opt.step()
 
@@ -226,6 +241,17 @@ _DIAGNOSES = [
     (
         dict(how="norm"),
         "you clip the gradient's norm; the reference clips each entry by value: "
+        "nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE), after the loop.",
+    ),
+    (
+        dict(bound=_DEMO_MAX_NORM),
+        f"you clip at {_DEMO_MAX_NORM}, the max_norm of the notebook's comparison table; this exercise clips each "
+        f"entry at ex.MAX_VALUE = {MAX_VALUE}: nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE).",
+    ),
+    (
+        dict(how="norm", bound=_DEMO_MAX_NORM),
+        f"you clip the gradient's norm at {_DEMO_MAX_NORM}, as the notebook's comparison table does; this exercise "
+        f"clips each entry by value at ex.MAX_VALUE = {MAX_VALUE}: "
         "nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE), after the loop.",
     ),
     (
@@ -284,31 +310,36 @@ def _observe(update, k, n=_N):
         return real_step(*args, **kwargs)
 
     opt.step = step
-    with record_passes(model[-1]) as log:
+    with record_passes(model[-1]) as log, kept_as_found():
         update(model, opt, torch.randn(n, IN_FEATURES), torch.randn(n, 1), k)
     return log, len(steps)
 
 
-def _explain_split(sizes, k, n=_N):
+def _explain_split(sizes, k, n=_N, widest_use=0):
     """A loop that does not run k micro-batches of x.tensor_split(k): the hint naming how it splits, or None."""
-    if len(sizes) == k:
-        return None
-    if sizes == [n]:
+    if len(sizes) != k and sizes == [n]:
         return wrong(f"your model saw one forward pass of all {n} samples; run k = {k} micro-batches of "
                      "x.tensor_split(k) instead, one backward() each.")
     if len(sizes) == 2 and k != 2:
         return wrong(f"with k = {k} your loop still cut the batch into two halves ({sizes[0]} and {sizes[1]} "
                      "samples): it does not use k. Cut it into k micro-batches: x.tensor_split(k).")
-    if max(sizes) == k:
+    if len(sizes) != k and max(sizes) == k:
         return wrong(f"with k = {k} your loop ran {len(sizes)} micro-batches of {k} samples: x.split(k) cuts pieces "
                      "of k samples; accumulating over k micro-batches wants k pieces, x.tensor_split(k).")
+    widest = max(sizes + [widest_use])
+    if widest > math.ceil(n / k):
+        return wrong(f"with k = {k} your model ran on {widest} samples at once, more than the largest micro-batch "
+                     f"of x.tensor_split(k) ({math.ceil(n / k)}): that is the full batch's memory, however many "
+                     "other forward passes run beside it. Run k micro-batches, one forward and backward() each.")
+    if len(sizes) == k:
+        return None
     return wrong(f"with k = {k} your loop ran the model on {len(sizes)} micro-batches ({', '.join(map(str, sizes))} "
                  f"samples); it should run k = {k}, the pieces of x.tensor_split(k), one backward() each.")
 
 
 def _explain_passes(log, steps, k):
     """Mistakes visible in how the update uses the model, before any number is compared."""
-    fb = _explain_split(log.forward_sizes, k) if log.forward_sizes else None
+    fb = _explain_split(log.forward_sizes, k, widest_use=log.widest_use) if log.forward_sizes else None
     if fb is not None:
         return fb
     wide = wide_pass_mistake(f"With k = {k}", log)
@@ -358,6 +389,8 @@ def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
         fb = _explain_passes(log, steps, k)
         if fb is None and diff >= tol:
             fb = _explain_miss(answer, k, diff, tol)
+        if fb is None:
+            fb = thrown_away_mistake(f"With k = {k}", log)
         if fb is not None:
             return fb
     return correct(
@@ -395,7 +428,7 @@ def _leaf_calls(model, x):
     finally:
         for h in handles:
             h.remove()
-    draws = not torch.equal(state, torch.get_rng_state())
+    draws = not equal(state, torch.get_rng_state())
     torch.set_rng_state(state)
     return calls, out, draws
 

@@ -18,7 +18,11 @@ import torch
 
 from .feedback import Feedback, malformed, unanswered
 
-__all__ = ["as_int", "as_names", "as_number", "close", "is_unanswered", "read_function", "read_number"]
+__all__ = ["as_int", "as_names", "as_number", "close", "equal", "is_unanswered", "read_function", "read_number"]
+
+# Bound when the checker is imported: a learner's code that replaces torch.allclose (or torch.equal) while a check
+# runs cannot change how the check compares. (``isolation.kept_as_found`` puts the originals back afterwards.)
+_allclose, _equal, _isfinite, _as_tensor = torch.allclose, torch.equal, torch.isfinite, torch.as_tensor
 
 
 def is_unanswered(answer) -> bool:
@@ -75,11 +79,16 @@ def as_names(answer, limit: int = 100) -> list | None:
 
 def close(a, b, *, rtol: float = 1e-5, atol: float = 1e-7) -> bool:
     """Are two numbers (or equal-shaped tensors) the same up to float32 rounding? Non-finite never matches."""
-    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
-    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
-    if a.shape != b.shape or not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+    a = _as_tensor(a, dtype=torch.float64).reshape(-1)
+    b = _as_tensor(b, dtype=torch.float64).reshape(-1)
+    if a.shape != b.shape or not (_isfinite(a).all() and _isfinite(b).all()):
         return False
-    return bool(torch.allclose(a, b, rtol=rtol, atol=atol))
+    return bool(_allclose(a, b, rtol=rtol, atol=atol))
+
+
+def equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Are two tensors equal in shape and every value (``torch.equal``, as bound when the checker was imported)?"""
+    return bool(_equal(a, b))
 
 
 def read_number(answer, asked: str, example: str = "7.5", *, whole: bool = False):

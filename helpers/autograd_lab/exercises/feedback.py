@@ -11,6 +11,8 @@ import functools
 import html
 from dataclasses import dataclass
 
+from .isolation import kept_as_found
+
 __all__ = ["Feedback", "correct", "describe_error", "malformed", "never_raises", "unanswered", "wrong"]
 
 _STYLE = {
@@ -83,18 +85,28 @@ def describe_error(err: BaseException) -> str:
 
 
 def never_raises(check):
-    """Wrap a check so that nothing a learner's answer does escapes as an exception.
+    """Wrap a check so that nothing a learner's answer does escapes as an exception, and the kernel is left as
+    the check found it (:func:`.isolation.kept_as_found`: grad mode, default dtype and the rest).
 
-    An exception inside the check becomes ``malformed`` feedback naming the error. ``KeyboardInterrupt``,
-    ``SystemExit`` and the other ``BaseException`` subclasses (``GeneratorExit``, ``CancelledError``)
-    propagate: they are requests to stop, not mistakes in an answer.
+    An exception inside the check becomes ``malformed`` feedback naming it: any ``Exception``, and also
+    ``SystemExit`` (``exit()`` or ``sys.exit()`` in a learner's loop would otherwise end the check as if the
+    cell had failed) and the other ``BaseException`` subclasses a learner's code can raise. Only
+    ``KeyboardInterrupt`` propagates: the learner pressed interrupt, and the cell must stop.
     """
 
     @functools.wraps(check)
     def guarded(*args, **kwargs):
         try:
-            return check(*args, **kwargs)
-        except Exception as err:  # noqa: BLE001 -- a learner's code can raise anything
+            with kept_as_found():
+                return check(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise
+        except SystemExit as err:
+            return malformed(
+                f"your code raised SystemExit (exit() or sys.exit(), code {err.code!r:.40}), which ends a script, "
+                "not a function. Return from your function instead, then run the cell again."
+            )
+        except BaseException as err:  # noqa: BLE001 -- a learner's code can raise anything
             return malformed(
                 f"checking your answer raised {describe_error(err)}. Look at what your code does with the "
                 "inputs the exercise describes, then run the cell again."

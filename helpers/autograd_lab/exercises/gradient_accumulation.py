@@ -19,14 +19,15 @@ from torch import nn
 
 from .answers import as_int, close, is_unanswered, read_function
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
-from .loops import pass_mistake, record_passes
+from .isolation import kept_as_found
+from .loops import pass_mistake, record_passes, thrown_away_mistake
 
 __all__ = ["check_training_loop", "check_step_counts", "STEP_COUNT_TASK"]
 
 # --------------------------------------------------------------------------- 1. fix the seed's loop
 
 # (k, the samples of each micro-batch): an epoch of len(sizes) micro-batches.
-_SCENARIOS = [
+_SCENARIOS = (
     (10, (4,) * 25),  # the seed's setting: a tail group of 5
     (4, (4,) * 12),  # no tail
     (3, (4,) * 7),  # a tail group of 1
@@ -36,7 +37,7 @@ _SCENARIOS = [
     (1, (3,) * 4),  # k = 1: every micro-batch is a full batch
     (4, (4, 2, 5, 3, 6, 1, 4, 4, 2, 5, 3)),  # unequal sizes inside every group, not only at the end
     (3, (1, 4, 4, 2, 6, 3, 5, 2)),  # the first micro-batch is the smallest: nothing may assume its size
-]
+)
 _EPOCHS = 2  # the second epoch shows whether a gradient left in .grad leaks into it
 _LR = 0.1
 
@@ -145,9 +146,11 @@ def _forward_through_call(model: nn.Module) -> nn.Module:
     return model
 
 
-def _run_learner(fn, model, batches, k):
-    """Run the learner's loop for two epochs on a copy, recording after how many micro-batches each step ran."""
-    model = _forward_through_call(copy.deepcopy(model))
+def _run_learner(fn, sizes, seed, k):
+    """Run the learner's loop for two epochs on the scenario's data, recording after how many micro-batches each
+    step ran. Nothing of the reference exists yet: ``_judge`` computes it afterwards from the same seed."""
+    batches, model = _data(sizes, seed)
+    model = _forward_through_call(model)
     opt = torch.optim.SGD(model.parameters(), lr=_LR)
     loss_fn = _RecordingLoss()
     steps, forwards = _Steps(), []
@@ -163,7 +166,8 @@ def _run_learner(fn, model, batches, k):
         for _ in range(_EPOCHS):
             steps.positions.append([])
             steps.grads.append([])
-            fn(model, loss_fn, opt, [(x.clone(), y.clone()) for x, y in batches], k)
+            with kept_as_found():
+                fn(model, loss_fn, opt, [(x.clone(), y.clone()) for x, y in batches], k)
             forwards.append(len(passes.forward_sizes) - sum(forwards))
     return _LearnerRun(steps, forwards, passes, loss_fn.sizes, model)
 
@@ -331,10 +335,33 @@ def _explain_second_epoch(p: _Problem, run: _LearnerRun):
 def _explain(p: _Problem, run: _LearnerRun):
     """The first mistake found, or None. (Not an ``or`` chain: a wrong Feedback is falsy.)"""
     for explain in (lambda: _explain_passes(p, run), lambda: _explain_positions(p, run.steps.positions[0]),
-                    lambda: _explain_grads(p, run.steps.grads[0]), lambda: _explain_second_epoch(p, run)):
+                    lambda: _explain_grads(p, run.steps.grads[0]), lambda: _explain_second_epoch(p, run),
+                    lambda: thrown_away_mistake(p.setting, run.passes)):
         fb = explain()
         if fb is not None:
             return fb
+    return None
+
+
+def _judge(train_epoch, seed, k, sizes):
+    """One scenario: the learner's loop first, then the full-batch reference on the same data regenerated from
+    the seed, so that while the learner's code runs no frame above it holds the reference (or the last one)."""
+    try:
+        run = _run_learner(train_epoch, sizes, seed, k)
+    except Exception as err:  # the learner's code: report, never raise
+        return wrong(f"With n = {len(sizes)} micro-batches and k = {k}, your function raised {describe_error(err)}")
+    batches, model = _data(sizes, seed)
+    ref, ref_model = _reference(model, batches, k)
+    problem = _Problem(k, sizes, ref)
+    fb = _explain(problem, run)
+    if fb is not None:
+        return fb
+    for q, q_ref in zip(run.model.parameters(), ref_model.parameters()):
+        if not close(q.detach(), q_ref.detach()):
+            return wrong(
+                f"{problem.setting}, each update used the right gradient, yet the final parameters differ from "
+                "full-batch training: use the optimizer you are given, and step it once per group."
+            )
     return None
 
 
@@ -346,22 +373,9 @@ def check_training_loop(train_epoch) -> Feedback:
     if problem is not None:
         return problem
     for seed, (k, sizes) in enumerate(_SCENARIOS):
-        batches, model = _data(sizes, seed)
-        ref, ref_model = _reference(model, batches, k)
-        problem = _Problem(k, sizes, ref)
-        try:
-            run = _run_learner(train_epoch, model, batches, k)
-        except Exception as err:  # the learner's code: report, never raise
-            return wrong(f"{problem.setting}, your function raised {describe_error(err)}")
-        fb = _explain(problem, run)
+        fb = _judge(train_epoch, seed, k, sizes)
         if fb is not None:
             return fb
-        for q, q_ref in zip(run.model.parameters(), ref_model.parameters()):
-            if not close(q.detach(), q_ref.detach()):
-                return wrong(
-                    f"{problem.setting}, each update used the right gradient, yet the final parameters differ from "
-                    "full-batch training: use the optimizer you are given, and step it once per group."
-                )
     tried = ", ".join(f"(n={len(sizes)}, k={k})" for k, sizes in _SCENARIOS)
     return correct(
         f"your loop matches full-batch training step for step on {len(_SCENARIOS)} random problems {tried}, "

@@ -5,11 +5,9 @@ prints it in its prompt) so that the check and the prompt cannot drift apart.
 Every reference answer is computed by running the snippet, never typed in.
 
 No check raises on a learner's answer (each is wrapped in ``never_raises``): an
-``Exception`` of any class, from the learner's function or from an odd answer
-object, becomes feedback. ``KeyboardInterrupt`` and ``SystemExit`` pass through,
-and so do the other ``BaseException`` subclasses (``GeneratorExit``, asyncio's
-``CancelledError``): Python keeps that branch for signals that stop the program,
-not for errors, and a check must not swallow a request to stop.
+exception of any class, from the learner's function or from an odd answer object,
+``SystemExit`` included, becomes feedback. Only ``KeyboardInterrupt`` passes through:
+the learner asked the cell to stop.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from collections.abc import Mapping
 import torch
 
 from ..graphmodel import node_name
-from .answers import as_names, is_unanswered
+from .answers import as_names, close, equal, is_unanswered
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = [
@@ -331,7 +329,7 @@ def _value_problem(w: torch.Tensor, seen: list) -> Feedback | None:
     if bool((values == values[0]).all()):
         return wrong(f"your three weights are all {float(values[0]):.4g}; make_weight draws three different random "
                      "values, uniform in [0, 0.01). Keep the torch.rand(3).")
-    if any(torch.equal(values, old.detach().cpu().double()) for old in seen):
+    if any(equal(values, old.detach().cpu().double()) for old in seen):
         return wrong(
             f"two calls returned the same weights {shown}. make_weight draws new random weights on every "
             "call; fixed values, or a seed set inside the function, repeat them."
@@ -349,7 +347,7 @@ def _backward_problem(w: torch.Tensor, generator: torch.Generator) -> Feedback |
         return wrong(f"backward through (w * x).sum() raised {describe_error(err)}")
     if w.grad is None:
         return wrong("after backward, .grad of the returned tensor is still None.")
-    if not torch.allclose(w.grad.detach().cpu().double(), x.cpu().double()):
+    if not close(w.grad.detach().cpu().double(), x.cpu().double(), rtol=1e-5, atol=1e-8):
         return wrong(
             "after one backward through (w * x).sum(), w.grad should equal x, but it differs. Does your function "
             "return a fresh tensor on each call, with an empty .grad?"

@@ -10,14 +10,17 @@ loop; ``pass_mistake`` and ``wide_pass_mistake`` turn what it saw into the hint.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass, field
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from .feedback import wrong
 
-__all__ = ["PassLog", "pass_mistake", "record_passes", "wide_pass_hint", "wide_pass_mistake"]
+__all__ = ["PassLog", "pass_mistake", "record_passes", "thrown_away_mistake", "wide_pass_hint", "wide_pass_mistake"]
 
 
 @dataclass
@@ -31,11 +34,16 @@ class PassLog:
     accumulation loop gives 1 each time: one graph alive at a time. More than 1 means several micro-batches'
     graphs were kept alive for one gradient computation. ``pass_kinds``: for each of them, "backward()" when
     it accumulated into the first parameter's ``.grad``, else "torch.autograd.grad call" (which returns the
-    gradients instead).
+    gradients instead). ``backwarded_forwards``: how many of the forward passes with gradients some gradient
+    computation went through (a pass whose output is thrown away does not count); ``widest_use``: the most samples
+    any computation on the model's parameters saw with gradients on, however it was spelled (``model(x)``,
+    ``type(model).forward(model, x)``, ``F.linear(x, model.weight, model.bias)``).
     """
 
     forward_sizes: list = field(default_factory=list)
     untracked_forwards: int = 0
+    backwarded_forwards: int = 0
+    widest_use: int = 0
     outputs_per_backward: list = field(default_factory=list)
     pass_kinds: list = field(default_factory=list)
     _reached: int = field(default=0, repr=False)
@@ -74,15 +82,20 @@ def record_passes(model: nn.Module):
             log.pass_kinds.append("backward()" if log._accumulated else "torch.autograd.grad call")
             log._reached, log._accumulated = 0, False
 
-    def output_reached(grad):
-        log._reached += 1
-        _queue_at_end_of_backward(end_of_pass)
+    def output_reached(seen):
+        def hook(grad):
+            log._reached += 1
+            if not seen:
+                seen.append(True)
+                log.backwarded_forwards += 1
+            _queue_at_end_of_backward(end_of_pass)
+        return hook
 
     def after_forward(module, args, out):
         if isinstance(out, torch.Tensor) and out.requires_grad:
             x = args[0] if args else None
             log.forward_sizes.append(len(x) if isinstance(x, torch.Tensor) and x.dim() else 1)
-            out.register_hook(output_reached)
+            out.register_hook(output_reached([]))
         else:
             log.untracked_forwards += 1
 
@@ -94,10 +107,55 @@ def record_passes(model: nn.Module):
     if first is not None:
         handles.append(first.register_post_accumulate_grad_hook(after_accumulation))
     try:
-        yield log
+        with _ParameterUses(model, log):
+            yield log
     finally:
         for handle in handles:
             handle.remove()
+
+
+_GRADIENT_CALLS = (torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward)
+
+
+class _ParameterUses(TorchFunctionMode):
+    """Notes in ``log.widest_use`` the most samples a computation on ``model``'s parameters saw with gradients on.
+
+    A tensor computed from parameters alone (``model.weight.T``) counts as a parameter; in a call that mixes
+    them with other tensors, the other tensors' first dimension is the number of samples (tensors shaped like
+    the parameter, such as a copy of it, are not samples)."""
+
+    def __init__(self, model, log):
+        super().__init__()
+        self.log = log
+        self.derived = {}  # id -> weak reference: tensors compare elementwise, so no WeakSet
+        for p in model.parameters():
+            self._add(p)
+
+    def _add(self, t):
+        self.derived[id(t)] = weakref.ref(t)
+
+    def _is_own(self, t):
+        ref = self.derived.get(id(t))
+        return ref is not None and ref() is t
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not torch.is_grad_enabled() or func in _GRADIENT_CALLS:
+            return out
+        tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        own = [t for t in tensors if self._is_own(t)]
+        if own:
+            shapes = {tuple(t.shape) for t in own}
+            others = [t for t in tensors if not self._is_own(t) and tuple(t.shape) not in shapes
+                      and not (t.is_leaf and t.requires_grad)]  # another module's parameter is no sample
+            if others:
+                self.log.widest_use = max([self.log.widest_use] + [len(t) if t.dim() else 1 for t in others])
+            else:
+                for t in pytree.tree_leaves(out):
+                    if isinstance(t, torch.Tensor):
+                        self._add(t)
+        return out
 
 
 def wide_pass_hint(kind: str) -> str:
@@ -120,10 +178,10 @@ def pass_mistake(setting: str, log, *, micro_batches: int, largest: int, forward
     epoch; ``loss_sizes``: how many samples each loss call compared, when the loss was watched (None if not).
     Notebooks 04's and 07's loop checks use it.
     """
-    sizes = log.forward_sizes
-    if sizes and max(sizes) > largest:
+    widest = max(log.forward_sizes + [log.widest_use])
+    if widest > largest:
         return wrong(
-            f"{setting}, your model ran on {max(sizes)} samples at once, more than a micro-batch holds "
+            f"{setting}, your model ran on {widest} samples at once, more than a micro-batch holds "
             f"({largest}): a forward pass over concatenated micro-batches is full-batch training and keeps the "
             "whole group's activations. Run model(x) on each micro-batch on its own and backward() its scaled loss."
         )
@@ -135,6 +193,21 @@ def pass_mistake(setting: str, log, *, micro_batches: int, largest: int, forward
             "of accumulation runs it once per micro-batch (model(x) for each (x, y) in micro_batches)."
         )
     return wide_pass_mistake(setting, log, largest=largest, loss_sizes=loss_sizes)
+
+
+def thrown_away_mistake(setting: str, log):
+    """Forward passes with gradients whose output no gradient computation went through: the wrong ``Feedback``
+    naming them, or None. (A forward pass for logging belongs under torch.no_grad().) The checks ask it last,
+    once the numbers are right: a loop that merely forgot backward() is better told by its zero gradient."""
+    unused = len(log.forward_sizes) - log.backwarded_forwards
+    if unused <= 0:
+        return None
+    return wrong(
+        f"{setting}, {unused} of your {len(log.forward_sizes)} forward passes with gradients on never reached a "
+        "backward(): their graphs were built and thrown away, and the gradient came from elsewhere. Run model(x) "
+        "once per micro-batch and backward() that micro-batch's scaled loss; a forward pass only for looking at "
+        "the output goes under torch.no_grad()."
+    )
 
 
 def wide_pass_mistake(setting: str, log, *, largest: int | None = None, loss_sizes=None):
