@@ -111,6 +111,10 @@ def test_what_nodes_save():
     assert pw._saved_exponent == 2
     assert set(saved_tensors(mul)) == {"_saved_other"} and mul._saved_self is None  # x kept, w not needed
     assert_close(mul._saved_other, x)
+    both = (w * x.clone().requires_grad_()).grad_fn  # the boundary the notebook prints: x asks for a gradient too
+    assert set(saved_tensors(both)) == {"_saved_self", "_saved_other"} and both._saved_self is w
+    only_x = (w.detach() * x.clone().requires_grad_()).grad_fn  # and the mirror case: w is kept, x is not
+    assert set(saved_tensors(only_x)) == {"_saved_self"} and only_x._saved_other is None
     assert saved_tensors(sub) == {} and saved_tensors(acc) == {}
 
 
@@ -502,3 +506,78 @@ def test_the_seeds_gradient_is_not_derived_again_here():
         for out in cell.get("outputs", []):
             texts.append("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", "")))
     assert not re.search(r"-20\.(?!\d)", "\n".join(texts)) and "[4., 2.]" not in "\n".join(texts)
+
+
+# ---------------------------------------------------------------- torchviz: inside the course and outside it
+
+_TORCHVIZ_GRAPH = """
+import torch, torchviz
+w = torch.tensor(2.0, requires_grad=True)
+graph = torchviz.make_dot(((torch.tensor([4.0, 7.0]) - w * torch.tensor([1.0, 3.0])) ** 2).mean(), params={"w": w})
+"""
+
+
+def _run_without_dot(code, tmp_path):
+    """Run code in a fresh Python whose PATH holds only the venv's programs: no system Graphviz `dot`."""
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir}
+    env.pop("AUTOGRAD_LAB_DOT", None)
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_outside_the_course_torchvizs_display_and_render_need_a_dot_program(tmp_path):
+    """The notebook says: in your own project, displaying the Digraph or .render(...) runs `dot`."""
+    code = _TORCHVIZ_GRAPH + """
+import graphviz
+for name, call in [("render", lambda: graph.render("graph", format="png")), ("display", graph._repr_mimebundle_)]:
+    try:
+        call()
+        print(name, "worked")
+    except graphviz.ExecutableNotFound:
+        print(name, "needs dot")
+"""
+    run = _run_without_dot(code, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:2] == ["render needs dot", "display needs dot"]
+
+
+def test_without_dot_the_saved_source_is_drawn_by_graphviz_pure(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    run = _run_without_dot(_TORCHVIZ_GRAPH + 'graph.save("graph.gv")', tmp_path)
+    assert run.returncode == 0, run.stderr
+    tool = shutil.which("graphviz-pure", path=str(Path(sys.executable).parent))
+    assert tool, "graphviz-pure's command is installed with the course"
+    subprocess.run([tool, "-Tsvg", "graph.gv", "-o", "graph.svg"], cwd=tmp_path, check=True, timeout=120)
+    svg = (tmp_path / "graph.svg").read_text()
+    assert "<svg" in svg and "MeanBackward0" in svg
+
+
+def test_inside_a_kernel_that_imported_autograd_lab_a_torchviz_graph_displays_without_dot(tmp_path):
+    code = """
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+import autograd_lab
+""" + _TORCHVIZ_GRAPH + """
+import graphviz
+data, _ = shell.display_formatter.format(graph)
+print("svg" if "<svg" in data.get("image/svg+xml", "") else sorted(data))
+data, _ = shell.display_formatter.format(graphviz.Source(graph.source))   # a second graphviz class
+print("svg" if "<svg" in data.get("image/svg+xml", "") else sorted(data))
+"""
+    run = _run_without_dot(code, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["svg", "svg"]
+
+
+def test_the_notebook_no_longer_says_render_works_everywhere():
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
+    text = cells["torchviz-md"]
+    assert "autograd_lab" in text and "`dot`" in text and "graphviz-pure -Tsvg" in text

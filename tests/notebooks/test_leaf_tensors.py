@@ -287,6 +287,23 @@ def test_scaled_weight_trap_and_its_fixes():
         assert fixed.is_leaf and torch.equal(fixed.grad, x)
 
 
+def test_reading_the_trapped_weights_grad_gives_none_and_a_warning_that_names_retain_grad():
+    """Section 5 prints the first three sentences of the warning: they say why and name the way out."""
+    w = torch.rand(3, requires_grad=True) * 0.01
+    (w * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    for _ in range(2):  # the cell catches it on every run, not only the first
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert w.grad is None
+        assert len(caught) == 1 and issubclass(caught[0].category, UserWarning)
+    first_three = str(caught[0].message).split(". ")[:3]
+    assert "not a leaf Tensor" in first_three[0] and "retain_grad()" in first_three[2]
+    kept = torch.rand(3, requires_grad=True) * 0.01
+    kept.retain_grad()  # the way out it names, called before backward
+    (kept * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert torch.equal(kept.grad, torch.tensor([1.0, 2.0, 3.0]))
+
+
 @pytest.mark.parametrize("device", ["meta"] + (["cuda"] if torch.cuda.is_available() else []))
 def test_to_another_device_copies_and_is_not_a_leaf(device):
     w = torch.rand(3, requires_grad=True)

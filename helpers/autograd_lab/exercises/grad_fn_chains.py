@@ -134,7 +134,7 @@ def check_chain(answer) -> Feedback:
     Any ordered collection of strings counts (list, tuple, generator), and so does the line ``chain()`` prints
     (``"MulBackward0 -> ... -> AccumulateGrad(w)"``); digits and letter case do not matter.
     """
-    form = 'a list of node names from out back to the leaf, e.g. ["SumBackward0", ..., "AccumulateGrad"]'
+    form = 'a list of node names from out back to the leaf, e.g. ["XBackward0", ..., "AccumulateGrad"]'
     if is_unanswered(answer):
         return unanswered(form)
     items = _chain_items(answer)

@@ -144,7 +144,7 @@ RECORDING_X = "torch.tensor([1.5, -0.5, 2.0], requires_grad=True)"
 RECORDING = {
     "A": "(x > 0).float()",
     "B": "x - x.detach()",
-    "C": "x // 2",
+    "C": "torch.bincount(torch.tensor([0, 1, 1]), weights=x)",
     "D": "torch.full_like(x, 2.0)",
     "E": "torch.where(x > 0, x, 0.0)",
 }
@@ -156,8 +156,9 @@ _RECORDING_WHY = {
          "the float dtype at the end does not bring back the history the comparison cut.",
     "B": "its value is always 0, but recording never looks at values: `x` requires grad and enters the subtraction, "
          "so it is recorded, and backward sends `x` a gradient of 1 (the detached copy gets none).",
-    "C": "`//` is `torch.floor_divide`: a float result from `x`, so it is recorded, but PyTorch has no derivative "
-         "formula for it; its node is `NotImplemented`, and backward raises when it reaches it.",
+    "C": "with `weights`, `bincount` adds up entries of `x` per bin instead of counting: a float result made from "
+         "the values of `x`, so it is recorded (unlike `histc`, declared non-differentiable), but PyTorch has no "
+         "derivative formula for it; its node is `NotImplemented`, and backward raises when it reaches it.",
     "D": "`full_like` reads only the shape, dtype and device of `x`, never its values: PyTorch declares such "
          "factories non-differentiable, like `zeros_like`.",
     "E": "the comparison inside records nothing, but `x` itself is an input of `torch.where` and the result is "
@@ -175,10 +176,10 @@ _RECORDING_NUDGE = {
                            "of the subtraction require grad?",
     ("B", "raises"): "a subtraction has a derivative formula (1 for the first input, -1 for the second), whatever "
                      "the inputs hold.",
-    ("C", "not recorded"): "`//` on a float tensor is `torch.floor_divide`, and its result is float. Which question "
-                           "of the table would stop it from being recorded?",
-    ("C", "recorded"): "recorded, yes. But does PyTorch have a derivative formula for `//` (`torch.floor_divide`)? "
-                       "Look at the table's last row.",
+    ("C", "not recorded"): "with `weights=x`, `bincount` does not count: it adds up the values of `x` in each bin, "
+                           "a float result. Which question of the table would stop it from being recorded?",
+    ("C", "recorded"): "recorded, yes. But does PyTorch have a derivative formula for `bincount`? Run its backward, "
+                       "and look at the table's last row.",
     ("D", "recorded"): "what does `full_like` read from `x`: its values, or only its shape? Compare `zeros_like`.",
     ("D", "raises"): "what does `full_like` read from `x`: its values, or only its shape? Compare `zeros_like`.",
     ("E", "not recorded"): "the comparison inside records nothing, but is `x` itself an input of `torch.where`?",
