@@ -317,7 +317,8 @@ def buggy(**kw):
         (lambda model, opt, x, y, k: ex05.full_batch_reference(model, opt, x, y), "forward pass of all 24 samples"),
     ],
     ids=["clip-inside", "penalty-every", "no-penalty", "no-clip", "norm-clip", "norm-clip-inside", "no-scale",
-         "no-scale-penalty-once", "step-inside", "no-zero-grad", "penalty-after-clip", "penalty-own-over-k", "divide-by-k", "full-batch"],
+         "no-scale-penalty-once", "step-inside", "no-zero-grad",
+         "penalty-after-clip", "penalty-own-over-k", "divide-by-k", "full-batch"],
 )
 def test_exercise_2_each_mistake_gets_its_hint(update, hint):
     fb = ex05.check_accumulated_update(update)
