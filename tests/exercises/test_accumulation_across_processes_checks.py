@@ -50,6 +50,7 @@ def test_06_backward_only_count_right_in_any_number_type(answer):
     (8, "count the backward passes"),        # the notebook's k = 8 answer of before
     (15, "synchronizes as well"),            # the quiet backward passes only
     (36, "one rank"),                        # both ranks counted
+    (16, "the very first update"),           # 1 + 5 x 3: the first update, one bucket until the rebuild
     (np.int64(3), "what the author hoped for"),
 ])
 def test_06_backward_only_count_wrong_get_their_hint(answer, words):
@@ -80,6 +81,7 @@ def test_06_first_sync_right_in_any_type(answer):
 @pytest.mark.parametrize("answer, words", [
     ((2, True), "micro-batches 2 to 5"),     # the count is right, the gradients are not
     ((1, False), "one call per bucket"),     # the notebook's one-bucket count
+    ((1, False), "the very first update"),   # ... and the first update's true answer
     ((1, True), "one call per bucket"),
     ((5, False), "how many"),                # every backward
     ((10, True), "how many"),

@@ -280,6 +280,7 @@ def right_update(model, opt, x, y, k):
 
 def test_exercise_2_right_answer_passes_and_placeholders():
     assert ex05.check_accumulated_update(right_update).passed
+    assert ex05.check_accumulated_update(buggy(pen="own")).passed  # the penalty's own backward, before clipping
     assert ex05.check_accumulated_update(...).status == "unanswered"
     assert ex05.check_accumulated_update(3).status == "malformed"
 
@@ -310,11 +311,14 @@ def buggy(**kw):
         (buggy(scale="none", pen="once"), "the penalty is there once, but the micro-batch losses are not scaled"),
         (buggy(step="inside"), "inside the loop: that is k small updates"),
         (buggy(zero=False), "opt.zero_grad() first"),
+        (buggy(pen="own_after_clip"), "before clip_grad_value_"),
+        (buggy(pen="own_k"), "not divided by k"),
         (buggy(scale="k"), "5, 5, 5, 5, 4"),
         (lambda model, opt, x, y, k: ex05.full_batch_reference(model, opt, x, y), "forward pass of all 24 samples"),
     ],
     ids=["clip-inside", "penalty-every", "no-penalty", "no-clip", "norm-clip", "norm-clip-inside", "no-scale",
-         "no-scale-penalty-once", "step-inside", "no-zero-grad", "divide-by-k", "full-batch"],
+         "no-scale-penalty-once", "step-inside", "no-zero-grad",
+         "penalty-after-clip", "penalty-own-over-k", "divide-by-k", "full-batch"],
 )
 def test_exercise_2_each_mistake_gets_its_hint(update, hint):
     fb = ex05.check_accumulated_update(update)
@@ -456,21 +460,33 @@ def test_05_models_that_do_not_do_what_is_asked_fail_with_their_hint(name):
     assert _is_wrong_with(fb, words), fb.message
 
 
-RIGHT_MODELS = {
+# Exact through torch's own nn.*Norm layer: right for accumulation, but the exercise asks for the normalization
+# written by hand (otherwise the map's LayerNorm row would be its answer). Refused with a hint that says so.
+BUILT_IN_NORM_MODELS = {
     "LayerNorm": lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Tanh(), nn.Linear(16, 1)),
     "GroupNorm(4)": lambda: nn.Sequential(nn.Linear(8, 16), nn.GroupNorm(4, 16), nn.Tanh(), nn.Linear(16, 1)),
     "GroupNorm(1)": lambda: nn.Sequential(nn.Linear(8, 16), nn.GroupNorm(1, 16), nn.Tanh(), nn.Linear(16, 1)),
     "RMSNorm": lambda: nn.Sequential(nn.Linear(8, 16), nn.RMSNorm(16), nn.Tanh(), nn.Linear(16, 1)),
     "LayerNorm without affine": lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16, elementwise_affine=False),
                                                       nn.Tanh(), nn.Linear(16, 1)),
-    "own module and own norm": OwnModel,
     "BatchNorm frozen in eval mode": frozen_batchnorm,
     "the whole model in eval mode, BatchNorm frozen with it": lambda: frozen_batchnorm().eval(),
+}
+
+
+@pytest.mark.parametrize("name", list(BUILT_IN_NORM_MODELS))
+def test_05_models_exact_through_a_built_in_norm_layer_are_refused_with_their_hint(name):
+    fb = ex05.check_normalized_model(BUILT_IN_NORM_MODELS[name])
+    assert _is_wrong_with(fb, "accumulates exactly") and "write it yourself" in fb.message, fb.message
+
+
+RIGHT_MODELS = {
+    "own module and own norm": OwnModel,
     "F.layer_norm in forward": lambda: ByHand(functional=True),
     "normalized by hand over dim=1": lambda: ByHand(dim=1),
     "F.normalize over each sample": lambda: nn.Sequential(nn.Linear(8, 16), Lambda(lambda h: F.normalize(h, dim=1)),
                                                           nn.Tanh(), nn.Linear(16, 1)),
-    "a Dropout(0) that drops nothing": lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Tanh(),
+    "a Dropout(0) that drops nothing": lambda: nn.Sequential(nn.Linear(8, 16), PerSampleNorm(), nn.Tanh(),
                                                               nn.Dropout(0.0), nn.Linear(16, 1)),
 }
 
@@ -493,9 +509,8 @@ def layernorm_8_16():
 
 
 def test_exercise_3_feedback():
-    assert ex05.check_normalized_model(layernorm_8_16).passed
-    assert ex05.check_normalized_model(lambda: nn.Sequential(nn.Linear(8, 16), nn.GroupNorm(4, 16), nn.Tanh(),
-                                                            nn.Linear(16, 1))).passed
+    assert ex05.check_normalized_model(OwnModel).passed
+    assert "write it yourself" in ex05.check_normalized_model(layernorm_8_16).message
     fb = ex05.check_normalized_model(batchnorm)
     assert fb.status == "wrong" and "BatchNorm" in fb.message
     fb = ex05.check_normalized_model(plain)
@@ -514,7 +529,7 @@ def test_exercise_3_feedback():
 
 def test_exercise_3_the_check_leaves_a_frozen_batchnorm_frozen():
     model = frozen_batchnorm()
-    assert ex05.check_normalized_model(lambda: model).passed
+    assert "accumulates exactly" in ex05.check_normalized_model(lambda: model).message
     assert not model[1].training  # the check did not switch the learner's model to training mode
 
 

@@ -54,9 +54,9 @@ def full_batch(script):
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
-def results(run):
-    """(rank 0's result, rank 1's result) for each placement and k, in the script's order."""
-    return list(zip(*run.ranks))
+def results(run, part="placements"):
+    """(rank 0's result, rank 1's result) for each placement and k (or each weight at k = 5), in the script's order."""
+    return list(zip(*(rank[part] for rank in run.ranks)))
 
 
 # --------------------------------------------------------------------------- the notebook's script, 2 processes
@@ -70,7 +70,8 @@ def test_the_script_frees_its_ddp_models_before_it_destroys_the_group(run, probe
 @pytest.mark.slow
 def test_two_ranks_each_with_half_the_samples(run):
     assert run.world_size == 2
-    assert run.ranks[0][0]["samples"] == list(range(0, 64, 2)) and run.ranks[1][0]["samples"] == list(range(1, 64, 2))
+    first = [rank["placements"][0]["samples"] for rank in run.ranks]
+    assert first == [list(range(0, 64, 2)), list(range(1, 64, 2))]
     assert run.command.startswith("torchrun ") and "train_ddp.py" in run.command
     assert not MACHINE_PATH.search(run.command)
 
@@ -96,7 +97,7 @@ def test_the_forward_decides_the_all_reduce_count_and_each_call_is_the_whole_gra
     grad_bytes = full_batch.numel() * full_batch.element_size()
     counts = {}
     for rank in run.ranks:
-        for r in rank:
+        for r in rank["placements"]:
             assert len(r["calls"]) == ex.expected_calls(r["k"], r["placement"]), (r["placement"], r["k"])
             assert r["calls"] == [grad_bytes] * len(r["calls"])  # one bucket: the whole gradient
             counts[r["placement"], r["k"]] = len(r["calls"])
@@ -104,6 +105,24 @@ def test_the_forward_decides_the_all_reduce_count_and_each_call_is_the_whole_gra
                       ("without no_sync()", 2): 2, ("without no_sync()", 4): 4,
                       ("no_sync() on backward only", 2): 2, ("no_sync() on backward only", 4): 4,
                       (LOCAL, 2): 0, (LOCAL, 4): 0}
+
+
+@pytest.mark.slow
+def test_rule_1_the_share_n_i_over_n_is_exact_and_1_over_k_only_for_equal_micro_batches(run, full_batch):
+    """The boundary of rule 1: at k = 5 the 32 samples of a rank split 7, 7, 7, 7, 4; 1 / k is then off, and a
+    weight that also divides by the world size halves the gradient (2 ranks). The ranks agree in every case."""
+    by_weight = {}
+    for r0, r1 in results(run, "weights"):
+        assert r0["k"] == 5 and r0["sizes"] == [7, 7, 7, 7, 4] and r0["placement"] == "no_sync() but for the last"
+        g0, g1 = torch.tensor(r0["grad"]), torch.tensor(r1["grad"])
+        assert torch.equal(g0, g1), r0["weight"]  # nothing looks wrong from the ranks
+        by_weight[r0["weight"]] = g0
+    assert list(by_weight) == ["n_i / n", "1 / k", "n_i / (n x world)"]
+    torch.testing.assert_close(by_weight["n_i / n"], full_batch, rtol=1e-5, atol=1e-6)
+    assert float((by_weight["1 / k"] - full_batch).norm() / full_batch.norm()) > 0.01
+    torch.testing.assert_close(by_weight["n_i / (n x world)"], full_batch / run.world_size, rtol=1e-5, atol=1e-6)
+    for r0, _ in results(run):  # at k = 2 and 4 the micro-batches are equal: n_i / n is 1 / k
+        assert len(set(r0["sizes"])) == 1 and r0["weight"] == "n_i / n"
 
 
 def test_the_notebook_prints_what_the_docstring_warns():
@@ -152,26 +171,39 @@ CASES_SCRIPT = textwrap.dedent('''
         return log.take()
 
 
-    def exercise_1(k=6, buckets=3):
-        model, log = model_in(buckets)
-        x, y = data(4 * k)
-        first = warm_up(model, log, x)
+    def backward_only_loop(model, x, y, k):
         for i, (xb, yb) in enumerate(zip(x.chunk(k), y.chunk(k))):
             loss = loss_fn(model(xb), yb) / k
             with model.no_sync() if i < k - 1 else nullcontext():
                 loss.backward()
-        return {"first update": len(first), "calls": len(log.take())}
+
+
+    def exercise_1(k=6, buckets=3):
+        x, y = data(4 * k)
+        fresh, fresh_log = model_in(buckets)
+        backward_only_loop(fresh, x, y, k)            # the loop as a fresh model's very first update
+        first_loop = fresh_log.take()
+        model, log = model_in(buckets)
+        first = warm_up(model, log, x)
+        backward_only_loop(model, x, y, k)
+        return {"first loop": len(first_loop), "first update": len(first), "calls": len(log.take())}
+
+
+    def first_sync_loop(model, x, y, k):
+        for i, (xb, yb) in enumerate(zip(x.chunk(k), y.chunk(k))):
+            with model.no_sync() if i != 0 else nullcontext():
+                (loss_fn(model(xb), yb) / k).backward()
 
 
     def exercise_2(k=5, buckets=2):
         model, log = model_in(buckets)
         x, y = data(4 * k, generator_seed=dist.get_rank())   # each rank its own samples
-        warm_up(model, log, x)
-        for i, (xb, yb) in enumerate(zip(x.chunk(k), y.chunk(k))):
-            with model.no_sync() if i != 0 else nullcontext():
-                (loss_fn(model(xb), yb) / k).backward()
+        first_sync_loop(model, x, y, k)               # the loop as the very first update
+        first_loop = log.take()
+        model.zero_grad()
+        first_sync_loop(model, x, y, k)
         grad = torch.cat([p.grad.flatten() for p in model.parameters()])
-        return {"calls": len(log.take()), "grad": grad.tolist()}
+        return {"first loop": len(first_loop), "calls": len(log.take()), "grad": grad.tolist()}
 
 
     def accumulated_gradient(k, micro_batch, reduction, divisor):
@@ -216,7 +248,11 @@ def test_exercise_1_backward_only_makes_k_times_buckets_calls(cases):
     for rank in cases.ranks:
         assert rank["exercise 1"]["first update"] == 1  # one bucket in update 0, whatever the cap
         assert rank["exercise 1"]["calls"] == ex.expected_calls(6, "no_sync() on backward only", 3) == 6 * 3
+        # as the very first update: the first backward has one bucket, the next forward rebuilds the 3
+        assert rank["exercise 1"]["first loop"] == 1 + 5 * 3
     assert ex.check_backward_only_count(cases.ranks[0]["exercise 1"]["calls"]).passed
+    fb = ex.check_backward_only_count(cases.ranks[0]["exercise 1"]["first loop"])
+    assert not fb.passed and "very first update" in fb.message
 
 
 @pytest.mark.slow
@@ -226,6 +262,8 @@ def test_exercise_2_syncing_at_the_first_micro_batch_makes_one_call_per_bucket_a
     agree = all(torch.allclose(g, grads[0]) for g in grads[1:])
     assert calls == {ex.expected_calls(5, "no_sync() but for the first", 2)} == {2} and not agree
     assert ex.check_first_sync((calls.pop(), agree)).passed
+    assert {rank["exercise 2"]["first loop"] for rank in cases.ranks} == {1}  # the first update: one bucket
+    assert "very first update" in ex.check_first_sync((1, False)).message
 
 
 def _full_batch_mean_gradient(n):

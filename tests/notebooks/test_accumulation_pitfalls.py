@@ -271,6 +271,42 @@ def test_adam_does_not_hide_a_forgotten_share_when_k_changes_between_updates(opt
     assert measure(plain, optimizer, k=[4, 2, 4])[0] < SAME  # with the share, a varying k is exact
 
 
+def test_without_the_share_unequal_micro_batches_give_another_gradient_not_a_multiple():
+    """The boundary of 'k times the full-batch gradient': k = 5 cuts 48 samples 10, 10, 10, 9, 9."""
+    torch.manual_seed(0)
+    model = plain()
+    x, y = BATCHES[0]
+    assert [len(xb) for xb in x.tensor_split(5)] == [10, 10, 10, 9, 9]
+    mse_loss(model(x), y).backward()
+    g_full = torch.cat([p.grad.flatten() for p in model.parameters()])
+    model.zero_grad()
+    for xb, yb in zip(x.tensor_split(5), y.tensor_split(5)):
+        mse_loss(model(xb), yb).backward()
+    g_acc = torch.cat([p.grad.flatten() for p in model.parameters()])
+    best = (g_acc @ g_full) / (g_full @ g_full)  # the closest multiple of the full-batch gradient
+    assert float((g_acc - best * g_full).norm() / g_acc.norm()) > 1e-3
+
+
+@pytest.mark.parametrize("optimizer", ["Adam", "AdamW"])
+@pytest.mark.parametrize("k", [5, 7])
+def test_adam_does_not_hide_a_forgotten_share_with_unequal_micro_batches(optimizer, k):
+    assert measure(plain, optimizer, k=k, share=False)[0] > 0.3
+    assert measure(plain, optimizer, k=K, share=False)[0] < NOT_SAME  # the equal case beside it: hidden
+
+
+def test_exercise_1_f_lr_over_k_holds_for_its_equal_micro_batches_only():
+    assert "48 samples" in ex.SETUPS["F"] and N == 48 and N % K == 0
+    assert measure(plain, "SGD", k=K, share=False, acc=lr_over_k)[0] < SAME
+    assert measure(plain, "SGD", k=5, share=False, acc=lr_over_k)[0] > 1e-3
+
+
+def test_model_train_unfreezes_a_frozen_batchnorm():
+    model = frozen_batchnorm().train()
+    assert model[1].training
+    diff, other, _, _ = measure(lambda: frozen_batchnorm().train(), "SGD")
+    assert verdict(diff, other) == "NOT the same step"
+
+
 @pytest.mark.parametrize("weight_decay, hidden", [(0.0, True), (0.01, False), (0.1, False)])
 def test_adam_hides_a_forgotten_share_only_without_l2_weight_decay(weight_decay, hidden):
     diff = measure(plain, adam(weight_decay=weight_decay), share=False)[0]
@@ -411,6 +447,8 @@ def test_fp16_the_skipped_step_is_a_float16_sum_over_48_samples_that_overflows()
 
     fp16_max = torch.finfo(torch.float16).max
     assert abs(bias_grad(x, y)) == float("inf")
+    not_finite = [n for n, p in model.named_parameters() if not p.grad.isfinite().all()]
+    assert not_finite == ["4.bias"]  # the notebook prints it: the last bias, and only it
     pieces = [bias_grad(xb, yb) for xb, yb in zip(x.tensor_split(K), y.tensor_split(K))]
     assert all(abs(p) < fp16_max for p in pieces) and abs(sum(pieces)) > fp16_max
 

@@ -79,6 +79,9 @@ def check_backward_only_count(answer, k: int = 6, buckets: int = 3) -> Feedback:
         (k - 1) * buckets: "those are the backward passes inside no_sync(), right: their forwards ran outside it. "
                            "The last micro-batch, outside it altogether, synchronizes as well.",
         2 * right: "both ranks take part in the same all-reduce call: count the calls on one rank.",
+        1 + (k - 1) * buckets: "that is the very first update: its first backward all-reduces DDP's one starting "
+                               f"bucket, and the next forward rebuilds the {buckets} buckets. The question is about "
+                               f"the updates after it, where every synchronizing backward makes {buckets} calls.",
     }
     if count in hints:
         return wrong(hints[count])
@@ -105,7 +108,8 @@ def check_first_sync(answer, k: int = 5, buckets: int = 2) -> Feedback:
                        "wrong: check gradients, not only counts.")
     if calls == 1:
         return wrong(f"one synchronizing backward, right -- but it makes one call per bucket, and there are "
-                     f"{buckets}.")
+                     f"{buckets}. (One call is the very first update's count, when DDP still has one bucket; the "
+                     "question is about the updates after it.)")
     if calls != right:
         return wrong("only the first micro-batch's forward and backward run outside no_sync(): how many "
                      "backward passes synchronize, and how many calls does each make?")

@@ -51,7 +51,8 @@ SETUPS = {
     "once per update, after the micro-batch loop",
     "E": "AdamW; Gaussian noise added to the output of both hidden layers in training: "
     "h = h + 0.1 * torch.randn_like(h)",
-    "F": "SGD without momentum or weight decay; the share forgotten, and the learning rate divided by k instead",
+    "F": "SGD without momentum or weight decay, batches of 48 samples; the share forgotten, and the learning rate "
+    "divided by k instead",
 }
 
 # The verdict of each set-up at k = 4. Typed here as an answer key; the notebook tests run every
@@ -76,8 +77,10 @@ _WHY = {
     "its own adds it, whatever k is.",
     "E": "the noise is drawn in another order (layer 1 and 2 alternate per micro-batch), so one seed gives other "
     "noise; every draw has the same distribution, so the average over seeds agrees.",
-    "F": ".grad is k times the full-batch gradient and plain SGD's step is lr * .grad, so lr / k gives the same "
-    "step. (With momentum alone it still would; weight decay, Adam or clipping would see the k.)",
+    "F": "48 samples in k = 4 micro-batches of 12: equal micro-batches, so .grad is k times the full-batch gradient, "
+    "and plain SGD's step is lr * .grad, so lr / k gives the same step. (With momentum alone it still would; weight "
+    "decay, Adam or clipping would see the k. With unequal micro-batches, k = 5 of 10, 10, 10, 9, 9, it would not: "
+    "without the share each sample is weighted by 1 / n_i, not 1 / N.)",
 }
 
 
@@ -217,8 +220,12 @@ def _variant(*, clip="after", how="value", pen="scaled", scale="share", step="on
                 _clip(model, how, bound)
             if step == "inside":
                 opt.step()
+        if pen in ("own", "own_k"):
+            (LAM * penalty(model) / (k if pen == "own_k" else 1)).backward()
         if clip == "after":
             _clip(model, how, bound)
+        if pen == "own_after_clip":
+            (LAM * penalty(model)).backward()
         if step == "once":
             opt.step()
 
@@ -260,6 +267,16 @@ _DIAGNOSES = [
         "Multiply the whole micro-batch loss (error + penalty) by its share.",
     ),
     (dict(pen="none"), "the penalty LAM * penalty(model) is missing from your loss."),
+    (
+        dict(pen="own_after_clip"),
+        "the penalty's backward() comes after the clipping, so its gradient is never clipped; the full batch clips "
+        "the gradient of error and penalty together. Call the penalty's backward() before clip_grad_value_.",
+    ),
+    (
+        dict(pen="own_k"),
+        "the penalty's own backward() runs once per update, so it takes no share: the full penalty "
+        "LAM * penalty(model), not divided by k.",
+    ),
     (
         dict(clip="none"),
         "you do not clip: call nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE) after the loop.",
@@ -394,8 +411,10 @@ def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
         if fb is not None:
             return fb
     return correct(
-        "your accumulated update lands where the full-batch update does, also for unequal micro-batches: "
-        "penalty inside the scaled loss, clipping once after the loop, one step."
+        "your accumulated update lands where the full-batch update does, also for unequal micro-batches: the "
+        "penalty's gradient reaches .grad once in total, clipping sees the finished sum, once after the loop, one "
+        "step. A penalty with one backward() of its own, before the clipping, costs one pass over the parameters "
+        "per update instead of k."
     )
 
 
@@ -403,6 +422,8 @@ def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
 
 
 _BATCH_NORMS = (nn.modules.batchnorm._BatchNorm,)  # SyncBatchNorm included
+_BUILT_IN_NORMS = _BATCH_NORMS + (nn.modules.instancenorm._InstanceNorm, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm,
+                                  nn.LocalResponseNorm)
 _PROBE = 4  # samples in the probe batch the model is first run on
 _SPREAD = 1e-4  # below this standard deviation a layer's output counts as constant
 _SCALE = 3.0  # the first Linear's output is multiplied by this: a normalization after it undoes that
@@ -529,6 +550,12 @@ def _explain_random(calls, draws):
     )
 
 
+def _built_in_norm(model):
+    """The class name of the first nn.*Norm layer (LayerNorm, BatchNorm, ...) a forward pass calls, or None."""
+    calls, _, _ = _leaf_calls(model, torch.randn(_PROBE, IN_FEATURES))
+    return next((type(m).__name__ for m, _, _ in calls if isinstance(m, _BUILT_IN_NORMS)), None)
+
+
 def _explain_mixing(model):
     if any(isinstance(m, _BATCH_NORMS) and m.training for m in model.modules()):
         return wrong(
@@ -569,8 +596,10 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
     accumulated update (k = 4, the model as ``answer`` returns it) equals the full-batch update.
 
     A normalization is recognised by what it does: scaling the first Linear's output leaves the model's output
-    unchanged (LayerNorm, GroupNorm, RMSNorm, F.layer_norm or one written by hand in ``forward``), or it is a
-    BatchNorm frozen in eval mode, which normalizes with stored statistics."""
+    unchanged (F.layer_norm or one written by hand in ``forward``; torch's LayerNorm, GroupNorm and RMSNorm do
+    too), or it is a BatchNorm frozen in eval mode, which normalizes with stored statistics. The exercise asks
+    for the normalization written by hand: a model that accumulates exactly through an nn.*Norm layer is
+    refused with a hint saying so."""
     if is_unanswered(answer):
         return unanswered("your model-building function (its name, without parentheses)")
     if isinstance(answer, nn.Module):
@@ -605,6 +634,12 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
         diff = _run(answer, full, accumulated, 4)
     except Exception as err:
         return wrong(f"training your model raised {describe_error(err)}")
+    if diff < tol and _built_in_norm(model) is not None:
+        return wrong(
+            f"your model accumulates exactly, but its normalization is torch's nn.{_built_in_norm(model)}: the "
+            "exercise asks you to write it yourself, in a forward, with torch operations (a mean and a standard "
+            "deviation over each sample's 16 hidden units)."
+        )
     if diff < tol:
         return correct(
             "k = 4 micro-batches give the full-batch update, up to rounding: no sample's output depends on the "
