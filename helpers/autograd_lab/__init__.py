@@ -34,6 +34,7 @@ _HOMES = {
     "draw_timeline": "timeline",
     "environment_report": "env",
     "graph_nodes": "graph",
+    "held_bytes": "measure",
     "line_chart": "svg",
     "live": "widgets",
     "time_call": "measure",

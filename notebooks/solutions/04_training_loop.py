@@ -1,4 +1,4 @@
-# Worked solution to notebook 04, exercise 1: fix the published loop, for good
+# Worked solution to notebook 04, exercise 1: fix the copied loop, for good
 # Three fixes: step at the end of each group of k, (i + 1) % k == 0, not (i - 1); step at the last
 # micro-batch too, so the tail group is not left in .grad; scale each micro-batch's mean loss by its
 # share of its group's samples, so that unequal sizes (and a short tail group) still give the group mean.

@@ -98,6 +98,7 @@ def per_sample_and_shared():
         (lambda p, s: looped_nodes(50, bias=False), "without the bias"),
         (lambda p, s: looped_nodes(50, bias=False) + 50, "one leaf shared by every sample"),
         (lambda p, s: 2 * p + s, "the count for N = 2"),
+        (lambda p, s: (p + 1) * 50 + s, "one fused addmm"),  # a node per sample for the bias addition
         (lambda p, s: 0, "cannot be"),
         (lambda p, s: -(p * 50 + s), "cannot be"),
         (lambda p, s: float("inf"), "not a finite number"),

@@ -262,3 +262,35 @@ def test_the_loop_is_much_slower_only_where_a_sample_brings_little_work():
     conv_ratio = _ratio(conv_net(), torch.randn(16, 3, 32, 32), torch.randn(16))
     assert mlp_ratio > 10, mlp_ratio
     assert conv_ratio < 4 and conv_ratio < mlp_ratio / 5, (conv_ratio, mlp_ratio)
+
+
+# ---------------------------------------------------------------- section 3: what the graph holds beyond its saved tensors
+
+needs_heap = pytest.mark.skipif(lab.held_bytes(lambda: None) is None, reason="the C library reports no heap statistics")
+
+
+def _memory(loss_fn, model, x, y):
+    with lab.SavedTensors(exclude=[x, y, *model.parameters()]) as saved:
+        loss_fn(model, x, y)
+    return saved.bytes, lab.held_bytes(lambda: loss_fn(model, x, y))
+
+
+@needs_heap
+def test_the_loops_graph_holds_kilobytes_of_bookkeeping_a_sample_beyond_the_same_saved_bytes(mlp, data):
+    """The rule: equal saved bytes, but the looped MLP graph holds many times more (nodes, records, edges)."""
+    x, y = data[0][:500], data[1][:500]
+    (saved_v, held_v), (saved_l, held_l) = _memory(mean_loss, mlp, x, y), _memory(loop_loss, mlp, x, y)
+    assert saved_v == saved_l == 500 * 65 * 4
+    assert saved_v <= held_v < 1.1 * saved_v  # the vectorized graph: little more than its saved tensors
+    assert held_l > 10 * held_v
+    assert 1_000 < (held_l - saved_l) / 500 < 50_000  # "several kilobytes of bookkeeping a sample"
+
+
+@needs_heap
+def test_where_a_sample_saves_hundreds_of_kilobytes_the_bookkeeping_hardly_shows():
+    """The boundary: the conv net's sample saves ~280 KB; the loop's graph holds within 10 % of the vectorized one."""
+    torch.manual_seed(0)
+    model, x, y = conv_net(), torch.randn(4, 3, 32, 32), torch.randn(4)
+    (saved_v, held_v), (saved_l, held_l) = (_memory(f, model, x, y) for f in (mean_loss, loop_loss))
+    assert saved_v == saved_l and saved_v / 4 > 200_000
+    assert 1_000 < (held_l - saved_l) / 4 and held_l < 1.1 * held_v

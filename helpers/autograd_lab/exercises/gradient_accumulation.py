@@ -24,11 +24,11 @@ from .loops import pass_mistake, record_passes, thrown_away_mistake
 
 __all__ = ["check_training_loop", "check_step_counts", "STEP_COUNT_TASK"]
 
-# --------------------------------------------------------------------------- 1. fix the seed's loop
+# --------------------------------------------------------------------------- 1. fix the widely copied loop
 
 # (k, the samples of each micro-batch): an epoch of len(sizes) micro-batches.
 _SCENARIOS = (
-    (10, (4,) * 25),  # the seed's setting: a tail group of 5
+    (10, (4,) * 25),  # the notebook's setting: a tail group of 5
     (4, (4,) * 12),  # no tail
     (3, (4,) * 7),  # a tail group of 1
     (5, (4,) * 3),  # fewer micro-batches than k: one short update
@@ -224,7 +224,7 @@ def _explain_positions(p: _Problem, positions):
         )
     hint = ""
     if positions[0] == 2 and p.k != 2:
-        hint = (" Your first step comes after only 2 micro-batches: that is the seed's (i - 1) % k == 0, "
+        hint = (" Your first step comes after only 2 micro-batches: that is the copied recipe's (i - 1) % k == 0, "
                 "which is true at i = 1. With i counted from 0, micro-batch i completes a group when (i + 1) % k == 0.")
     elif positions[0] == 1 and p.k != 1:
         hint = (" Your first step comes right after the first micro-batch: i % k == 0 is true at i = 0. "
@@ -394,7 +394,7 @@ def _count(condition, n, k):
 
 
 _LOOPS = {
-    "the seed's loop, (i - 1) % k == 0": lambda i, n, k: (i - 1) % k == 0,
+    "the copied loop, (i - 1) % k == 0": lambda i, n, k: (i - 1) % k == 0,
     "the (i + 1) % k == 0 loop": lambda i, n, k: (i + 1) % k == 0,
     "the correct loop, (i + 1) % k == 0 or i + 1 == n": lambda i, n, k: (i + 1) % k == 0 or i + 1 == n,
 }
@@ -413,8 +413,8 @@ def _as_list(answer):
 
 @never_raises
 def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT_TASK["k"]) -> Feedback:
-    """``answer``: (steps of the seed's loop, steps of the (i + 1) loop, steps of the correct loop) for n, k."""
-    form = "a tuple of three ints: (seed's loop, (i + 1) loop, correct loop), e.g. (3, 2, 3)"
+    """``answer``: (steps of the copied loop, steps of the (i + 1) loop, steps of the correct loop) for n, k."""
+    form = "a tuple of three ints: (copied loop, (i + 1) loop, correct loop), e.g. (3, 2, 3)"
     if is_unanswered(answer):
         return unanswered(form)
     items = _as_list(answer)
@@ -425,7 +425,7 @@ def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT
     expected = [_count(cond, n, k) for cond in _LOOPS.values()]
     if list(answer) == expected:
         return correct(
-            f"{expected[0]}, {expected[1]} and {expected[2]} steps. The seed's loop takes as many steps as the "
+            f"{expected[0]}, {expected[1]} and {expected[2]} steps. The copied loop takes as many steps as the "
             "correct one here, but at the wrong places: its first update uses only 2 micro-batches."
         )
     hints = []
@@ -433,7 +433,7 @@ def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT
     for name, got, want in zip(names, answer, expected):
         if got == want:
             continue
-        if name.startswith("the seed"):
+        if name.startswith("the copied"):
             hints.append(f"{name}: i runs 0..{n - 1}; (i - 1) % {k} == 0 holds at i = 1, {1 + k}, {1 + 2 * k}, ... "
                          "(not at i = 0, where (0 - 1) % k is k - 1 in Python). Count them.")
         elif name.startswith("the (i + 1)"):

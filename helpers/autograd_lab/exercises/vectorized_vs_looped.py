@@ -73,6 +73,9 @@ def _node_slips(n: int, per_sample: int, shared: int, vectorized: int, two: int,
                   "the graphs of the model with a bias for N = 1 and N = 2 and count again."),
         (no_bias + n, "the bias is one leaf shared by every sample, so it adds one AccumulateGrad node in all, not "
                       "one node per sample (its addition happens inside the per-sample matrix-multiply node)."),
+        ((per_sample + 1) * n + shared, "you gave each sample's path one more node for adding the bias, but there "
+                                        "is none: nn.Linear adds the bias inside its matrix product (one fused "
+                                        "addmm, so one AddmmBackward0 node). Build the N = 1 graph and look."),
         (vectorized, "that is the size of the vectorized graph, which does not depend on N. The loop repeats "
                      "a whole path of nodes for every sample: count one path in the N = 2 graph."),
         (per_sample * n, "you counted the per-sample paths, but not the nodes all samples share: the paths meet in "
