@@ -193,6 +193,13 @@ def test_loop_wrong_answers_get_their_hint(loop, words):
     assert _wrong_with(fb, words), fb
 
 
+def test_a_scheduler_stepped_per_micro_batch_is_told_by_how_much_it_ran_too_fast():
+    """n / ceil(n / k), not k: the first scenario has n = 7, k = 3, so 7 steps for 3 updates."""
+    fb = ex.check_scheduled_loop(make_loop(sched="micro-batch"))
+    assert _wrong_with(fb, "n = 7 micro-batches, k = 3), for 3 updates"), fb
+    assert _wrong_with(fb, "n / ceil(n / k) = 2.33 times too fast"), fb
+
+
 def _expected(n, k, sizes, seed):
     start, batches = ex._problem(n, sizes, seed)
     return ex._reference_weights(start, batches, k, "right")

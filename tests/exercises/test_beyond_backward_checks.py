@@ -70,10 +70,13 @@ def test_the_prompts_show_the_snippets_the_checks_run():
     (2 * 5.0, "after the hook"),
     (5.0, "before the hook"),
     (_hook_grad()[1], "the value of z"),
+    (4 * 5 * 6 + 1, "doubles the gradient through y twice"),
+    (2 * RIGHT, "twice the answer"),
     (RIGHT + 2, "follow the gradient backward"),
     (-RIGHT, "follow the gradient backward"),
     (0, "follow the gradient backward"),
-], ids=["no-hook", "doubled-all", "no-direct-path", "neither", "grad-at-y", "dz-dy", "z", "near", "negated", "zero"])
+], ids=["no-hook", "doubled-all", "no-direct-path", "neither", "grad-at-y", "dz-dy", "z", "hook-twice", "twice-right",
+        "near", "negated", "zero"])
 def test_hook_wrong_answers_get_the_hint_for_their_mistake(value, phrase):
     fb = ex.check_hook_grad(value)
     assert _wrong_with(fb, phrase), fb

@@ -1,8 +1,11 @@
 """Notebook 07: the facts it states, re-derived here on cases of our own, and its script on two real processes.
 
-- Schedules: stepped per micro-batch a schedule runs k times too fast; sized for micro-batches, k times too slow.
+- Schedules: stepped per micro-batch a schedule runs n / ceil(n / k) times too fast (k only when k divides n);
+  sized for micro-batches and stepped per update, it ends the epoch near its peak.
 - Tokens: the update's real tokens, counted over micro-batches and ranks, times every divisor still to come --
   the world size for DDP's mean, and k more with accelerate's backward(), which divides by k even in a short group.
+- accelerate's prepared scheduler steps on a sync step, whether or not the optimizer stepped, num_processes times:
+  inside accumulate() only every k-th call moves it, outside it every call does.
 - Checkpointing against accumulation, measured as the peak of live tensors over forward and backward: one
   segment, or one segment per layer, saves nothing; segments in between do; accumulation divides activations by k.
 - bfloat16: a bfloat16 .grad loses precision with every micro-batch added; a float32 buffer cannot be assigned
@@ -64,6 +67,23 @@ def test_a_scheduler_stepped_per_update_follows_the_schedule_and_per_micro_batch
     assert right == [factor(u) for u in range(updates)]
     assert fast == [factor(min(u * k + k, n)) for u in range(updates)]
     assert fast != right
+
+
+@pytest.mark.parametrize("n, k, off_by", [(22, 4, 22 / 6), (24, 4, 4.0), (9, 8, 4.5), (50, 8, 50 / 7)])
+def test_a_schedule_stepped_per_micro_batch_is_off_by_n_over_ceil_n_over_k_which_is_k_only_if_k_divides_n(n, k, off_by):
+    steps = {}
+    for per_micro_batch in (False, True):
+        p = torch.nn.Parameter(torch.zeros(1))
+        sched = torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD([p], lr=1.0), lambda step: 1.0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i in range(n):
+                if per_micro_batch or (i + 1) % k == 0 or i + 1 == n:
+                    sched.step()
+        steps[per_micro_batch] = sched.last_epoch               # the schedule's steps taken in one epoch
+    assert steps[False] == math.ceil(n / k) and steps[True] == n
+    assert steps[True] / steps[False] == pytest.approx(off_by)
+    assert (off_by == k) == (n % k == 0) and off_by <= k
 
 
 @pytest.mark.parametrize("n, k", [(22, 4), (40, 8)])
@@ -170,12 +190,18 @@ def test_accelerate_backward_divides_by_k_even_in_a_short_group_so_the_rule_mult
     assert torch.allclose(through_accelerate(len(micro) * world / n), full * len(micro) / k, atol=1e-6)
 
 
-def test_accelerate_steps_a_prepared_scheduler_once_per_update_on_one_process(accelerator):
-    """The second case of its rule, num_processes steps per update: with one process, one step (the two-process
-    run below gives two)."""
-    optimizer = torch.optim.SGD(_lm().parameters(), lr=0.1)
+def _prepared_schedule(accelerator):
+    model = accelerator.prepare(_lm())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     optimizer, scheduler = accelerator.prepare(optimizer, torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda update: 1 / (update + 1)))
+    return model, optimizer, scheduler
+
+
+def test_accelerate_steps_a_prepared_scheduler_on_every_call_outside_accumulate_without_an_optimizer_step(
+        accelerator):
+    """Its rule's second case: one process, one step per call; nothing asks whether the optimizer stepped."""
+    _, _, scheduler = _prepared_schedule(accelerator)
     lrs = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")                        # PyTorch's order warning: no optimizer step here
@@ -183,6 +209,30 @@ def test_accelerate_steps_a_prepared_scheduler_once_per_update_on_one_process(ac
             lrs.append(scheduler.get_last_lr()[0])
             scheduler.step()
     assert accelerator.num_processes == 1 and lrs == pytest.approx([0.1, 0.05, 0.1 / 3])
+
+
+def test_inside_accumulate_a_scheduler_stepped_per_micro_batch_moves_only_on_every_kth(accelerator):
+    model, optimizer, scheduler = _prepared_schedule(accelerator)
+    k, lrs = accelerator.gradient_accumulation_steps, []
+    for _ in range(2 * k + 1):
+        with accelerator.accumulate(model):
+            lrs.append(scheduler.get_last_lr()[0])
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    assert lrs == pytest.approx([0.1] * k + [0.05] * k + [0.1 / 3])
+
+
+def test_a_prepared_scheduler_does_not_step_when_the_optimizer_reports_a_skipped_step(accelerator):
+    """What a GradScaler overflow sets (AcceleratedOptimizer.step_was_skipped reads _is_overflow)."""
+    _, optimizer, scheduler = _prepared_schedule(accelerator)
+    optimizer._is_overflow = True
+    assert optimizer.step_was_skipped
+    scheduler.step()
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.1)
+    optimizer._is_overflow = False
+    scheduler.step()
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.05)
 
 
 # --------------------------------------------------------------------------- checkpointing against accumulation
@@ -264,6 +314,10 @@ def test_the_notebooks_network_gives_the_table_the_notebook_reads(activation):
 
 
 # --------------------------------------------------------------------------- bfloat16 sums
+
+
+def test_bfloat16_keeps_8_significant_bits_and_float32_24():
+    assert [1 - math.log2(torch.finfo(t).eps) for t in (torch.bfloat16, torch.float32)] == [8, 24]
 
 
 def test_bfloat16_sums_lose_precision_with_k_and_float32_buffers_do_not():
@@ -355,8 +409,8 @@ def test_one_token_rule_gives_the_single_process_gradient_by_hand_and_in_acceler
 
 
 @pytest.mark.slow
-def test_accelerate_steps_its_prepared_scheduler_num_processes_times_per_update_on_every_process(run):
-    world = run.world_size
+def test_in_accumulate_accelerate_steps_its_scheduler_num_processes_times_per_update_on_every_process(run, train):
+    world, k = run.world_size, train["K"]
     for r in run.ranks:
-        assert r["lrs"] == pytest.approx([0.1 / (world * u + 1) for u in range(3)])
+        assert r["lrs"] == pytest.approx([0.1] * k + [0.1 / (world + 1)] * k)
     assert world == 2

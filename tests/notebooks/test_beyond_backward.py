@@ -32,6 +32,37 @@ def test_an_in_place_change_breaks_backward_exactly_when_the_node_saved_the_outp
     assert broke == saved_output
 
 
+def _saved(node):
+    """{name: value} of what a node really saved: its _saved_ attributes that are not None."""
+    found = {n.removeprefix("_saved_"): getattr(node, n) for n in dir(node) if n.startswith("_saved_")}
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def test_x_times_a_constant_saves_only_the_constant_and_x_squared_saves_x():
+    x = torch.tensor([0.5, 1.0, 2.0], requires_grad=True)
+    times_3, squared = (x * 3).grad_fn, (x ** 2).grad_fn
+    assert (x * 3).grad_fn._saved_self is None                   # listed by dir(), but empty
+    assert set(_saved(times_3)) == {"other"} and _saved(times_3)["other"].item() == 3
+    assert set(_saved(squared)) == {"exponent", "self"} and torch.equal(_saved(squared)["self"], x.detach())
+    assert set(_saved(torch.exp(x).grad_fn)) == {"result"}
+
+
+@pytest.mark.parametrize("op, saves_input", [(lambda h: h * 3, False), (lambda h: h ** 2, True),
+                                             (torch.sin, True), (lambda h: h + 1, False)])
+def test_changing_the_input_in_place_breaks_backward_exactly_when_the_node_saved_it(op, saves_input):
+    """The rule's second case: the tensor changed is the input, not the output."""
+    x = torch.tensor([0.5, 1.0, 2.0], requires_grad=True)
+    h = x * 1.0                                                  # a non-leaf, so that it may change in place
+    y = op(h)
+    h.add_(1)
+    try:
+        y.sum().backward()
+        broke = False
+    except RuntimeError as err:
+        broke = "modified by an inplace operation" in str(err)
+    assert broke == saves_input
+
+
 def test_every_in_place_operation_moves_the_version_counter_and_a_view_shares_it():
     t = torch.zeros(4)
     view = t[:2]

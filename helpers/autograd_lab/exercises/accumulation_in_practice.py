@@ -220,8 +220,9 @@ def _explain_schedule(events, n, k, first_update):
     updates = math.ceil(n / k)
     setting = f"(n = {n} micro-batches, k = {k})"
     if len(scheds) == n and n != updates:
-        return (f"the scheduler stepped {n} times, once per micro-batch {setting}: the schedule ran k times "
-                "too fast. Step it right after optimizer.step(), once per update.")
+        return (f"the scheduler stepped {n} times, once per micro-batch {setting}, for {updates} updates: the "
+                f"schedule ran n / ceil(n / k) = {n / updates:.3g} times too fast. Step it right after "
+                "optimizer.step(), once per update.")
     if len(scheds) != updates:
         return (f"the scheduler stepped {len(scheds)} times {setting}; the schedule counts updates, so it should "
                 f"step {updates} times, each time right after optimizer.step().")

@@ -58,8 +58,9 @@ def _run(snippet: str) -> dict:
 # ---------------------------------------------------------------- exercise 1: a hook that doubles the gradient
 
 
-def hook_run(*, hook: bool = True, direct_path: bool = True) -> dict:
-    """Run ``HOOK_SNIPPET`` (optionally without its hook line or its direct ``+ x`` path); its names.
+def hook_run(*, hook: bool = True, direct_path: bool = True, hook_twice: bool = False) -> dict:
+    """Run ``HOOK_SNIPPET`` (optionally without its hook line or its direct ``+ x`` path, or with the hook
+    registered twice); its names.
 
     ``y`` keeps its gradient (``retain_grad``), which PyTorch stores after the tensor's hooks ran.
     """
@@ -68,6 +69,8 @@ def hook_run(*, hook: bool = True, direct_path: bool = True) -> dict:
         lines = [line for line in lines if "register_hook" not in line]
     if not direct_path:
         lines = [line.replace(" + x", "") for line in lines]
+    if hook_twice:
+        lines = [twice for line in lines for twice in ([line] * (2 if "register_hook" in line else 1))]
     lines.insert(2, "y.retain_grad()")
     return _run("\n".join(lines))
 
@@ -91,6 +94,11 @@ def _hook_slips(right: float) -> list:
         (before_hook, "that is dz/dy, the gradient reaching y before the hook. The hook doubles it, then "
                          "backward goes on to x (times dy/dx = 2x, plus the direct path)."),
         (float(run["z"].detach()), "that is the value of z; x.grad holds dz/dx, with the hook's change applied."),
+        (float(hook_run(hook_twice=True)["x"].grad),
+         "that doubles the gradient through y twice. The hook runs once, on the gradient arriving at y; the 2 in "
+         "dy/dx = 2x is the chain rule's, not a second doubling."),
+        (2 * right, f"{2 * right:g} is twice the answer: the hook doubles only what flows through y, once, and the "
+                    "direct path `+ x` brings its 1 to x.grad undoubled."),
     ]
 
 
