@@ -7,15 +7,19 @@ only checks them on a learner's own model, and names the cause when they differ.
 about *your* model and loss: does accumulating over ``k`` micro-batches give the
 gradient (and, with ``optimizer=``, the optimizer step) of the full batch? It
 works on deep copies, so your model, its ``.grad`` and the global random state
-are left as they were. When the two disagree it re-runs variants (other loss
-scalings, a sum divided by the items that count, BatchNorm or dropout switched
-to eval mode) to name the likely cause::
+are left as they were. When the two disagree it re-runs variants (BatchNorm or
+dropout switched off, the micro-batch losses weighted otherwise) to name the
+likely cause, judged by what the model and loss do, not by their classes::
 
     report = check_accumulation(model, nn.MSELoss(), x, y, k=4)
     print(report)          # a short text report
     report.agree           # True when both steps match (also: bool(report))
     report.max_diff        # largest |accumulated - full| over all gradient entries
     report.causes          # likely causes, most likely first (empty when they agree)
+
+The model may take a tensor, a tuple of arguments or a dict of keyword arguments
+(a tokenizer's batch), and return a tensor or an output object: for a Hugging
+Face model, ``check_accumulation(model, None, batch, k=4)`` takes ``out.loss``.
 
 How each micro-batch loss is scaled before ``backward()`` is ``scale``:
 ``"size"`` multiplies it by n_i / N (right for a mean-reduced loss, whatever the
@@ -198,11 +202,9 @@ def _check_batch(model, inputs, targets) -> int:
                 bad = int((~torch.isfinite(t)).sum())
                 raise ValueError(f"{where} hold {bad} NaN or inf value{'s' * (bad != 1)}: the gradients would not "
                                  "be numbers, so there is nothing to compare. Clean the batch first.")
-    batched = [t for _, t in _leaves(inputs, "inputs") if t.dim() and t.shape[0] == n]
-    if not batched:
-        first = next(t for _, t in _leaves(inputs, "inputs") if t.dim()) if any(
-            t.dim() for _, t in _leaves(inputs, "inputs")) else None
-        held = f"{first.shape[0]} samples" if first is not None else "no batch dimension"
+    firsts = [t.shape[0] for _, t in _leaves(inputs, "inputs") if t.dim()]
+    if n not in firsts:
+        held = f"{firsts[0]} samples" if firsts else "no batch dimension"
         raise ValueError(f"inputs hold {held} but targets hold {n}; they must match.")
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError("the model has no parameter that requires grad: there is no gradient to compare.")
