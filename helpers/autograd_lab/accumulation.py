@@ -7,15 +7,19 @@ only checks them on a learner's own model, and names the cause when they differ.
 about *your* model and loss: does accumulating over ``k`` micro-batches give the
 gradient (and, with ``optimizer=``, the optimizer step) of the full batch? It
 works on deep copies, so your model, its ``.grad`` and the global random state
-are left as they were. When the two disagree it re-runs variants (other loss
-scalings, a sum divided by the items that count, BatchNorm or dropout switched
-to eval mode) to name the likely cause::
+are left as they were. When the two disagree it re-runs variants (BatchNorm or
+dropout switched off, the micro-batch losses weighted otherwise) to name the
+likely cause, judged by what the model and loss do, not by their classes::
 
     report = check_accumulation(model, nn.MSELoss(), x, y, k=4)
     print(report)          # a short text report
     report.agree           # True when both steps match (also: bool(report))
     report.max_diff        # largest |accumulated - full| over all gradient entries
     report.causes          # likely causes, most likely first (empty when they agree)
+
+The model may take a tensor, a tuple of arguments or a dict of keyword arguments
+(a tokenizer's batch), and return a tensor or an output object: for a Hugging
+Face model, ``check_accumulation(model, None, batch, k=4)`` takes ``out.loss``.
 
 How each micro-batch loss is scaled before ``backward()`` is ``scale``:
 ``"size"`` multiplies it by n_i / N (right for a mean-reduced loss, whatever the
@@ -27,8 +31,10 @@ divides by the full batch's count, e.g. ``reduction="sum"`` then ``/ N``).
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -40,8 +46,6 @@ __all__ = ["AccumulationReport", "SCALES", "check_accumulation"]
 
 SCALES = ("size", "k", "none")
 _SCALE_WORDS = {"size": "multiplied by n_i / N", "k": "divided by k", "none": "not scaled"}
-# A diagnosis-only variant: each micro-batch loss summed, then divided by the full batch's count of items that count.
-_COUNTED = "counted"
 
 # Module families whose training-mode forward pass mixes or randomises samples.
 _FAMILIES = {
@@ -142,33 +146,98 @@ def _check_callables(model, loss_fn, optimizer):
     if isinstance(loss_fn, type):
         raise TypeError(f"loss_fn is the class {loss_fn.__name__}, not a loss: pass an instance, "
                         f"loss_fn={loss_fn.__name__}() (with the parentheses).")
-    if not callable(loss_fn):
-        raise TypeError(f"loss_fn must be callable as loss_fn(model(inputs), targets), got {type(loss_fn).__name__}.")
+    if loss_fn is not None and not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable as loss_fn(model(inputs), targets) (or None for the loss the "
+                        f"model's output holds, out.loss), got {type(loss_fn).__name__}.")
     if optimizer is not None and (isinstance(optimizer, torch.optim.Optimizer) or not callable(optimizer)):
         raise TypeError("optimizer must be a factory taking the parameters, e.g. lambda p: torch.optim.SGD(p, lr=0.1).")
 
 
-def _check_batch(model, inputs, targets):
-    for name, t in (("inputs", inputs), ("targets", targets)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor holding the whole batch, got {type(t).__name__}.")
-        if t.is_meta or t.layout != torch.strided:
-            raise TypeError(f"{name} must be an ordinary dense tensor with values; got a "
-                            f"{'meta' if t.is_meta else str(t.layout).replace('torch.', '')} tensor "
-                            "(for a sparse one, pass .to_dense()).")
-        if t.dim() == 0:
-            raise ValueError(f"{name} is a 0-dimensional tensor; its first dimension must be the batch.")
-        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
-            bad = int((~torch.isfinite(t)).sum())
-            raise ValueError(f"{name} hold {bad} NaN or inf value{'s' * (bad != 1)}: the gradients would not be "
-                             "numbers, so there is nothing to compare. Clean the batch first.")
-    if targets.shape[0] != inputs.shape[0]:
-        raise ValueError(f"inputs hold {inputs.shape[0]} samples but targets hold {targets.shape[0]}; they must match.")
+def _leaves(value, where: str):
+    """(where, tensor) for every tensor in ``value``: a tensor, or tuples, lists and dicts of them."""
+    if isinstance(value, torch.Tensor):
+        yield where, value
+    elif isinstance(value, Mapping):
+        for key, v in value.items():
+            yield from _leaves(v, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _leaves(v, f"{where}[{i}]")
+
+
+def _batch_size(inputs, targets) -> int:
+    """N, the number of samples: the first dimension of the targets, else of the first batched input."""
+    for name, value in (("targets", targets), ("inputs", inputs)):
+        for _, t in _leaves(value, name):
+            if t.dim() == 0 and isinstance(value, torch.Tensor):
+                raise ValueError(f"{name} is a 0-dimensional tensor; its first dimension must be the batch.")
+            if t.dim():
+                return t.shape[0]
+    raise ValueError("inputs hold no tensor with a batch dimension: pass the whole batch, e.g. a tensor of shape "
+                     "(N, ...), a tuple of them, or a dict such as {'input_ids': ids, 'attention_mask': mask}.")
+
+
+def _check_structure(inputs, targets):
+    if not any(True for _ in _leaves(inputs, "inputs")):
+        raise TypeError(
+            "inputs must be a torch.Tensor holding the whole batch, a tuple of tensors (the model's positional "
+            "arguments) or a dict of them (its keyword arguments, e.g. a tokenizer's batch); got "
+            f"{type(inputs).__name__} with no tensor in it (build one with torch.tensor(...)).")
+    if targets is not None and not any(True for _ in _leaves(targets, "targets")):
+        raise TypeError(f"targets must be a torch.Tensor holding the whole batch (or None when the loss comes from "
+                        f"the model's output, e.g. labels passed in inputs), got {type(targets).__name__}.")
+
+
+def _check_batch(model, inputs, targets) -> int:
+    """The batch checked; returns N, the number of samples."""
+    _check_structure(inputs, targets)
+    n = _batch_size(inputs, targets)
+    for name, value in (("inputs", inputs), ("targets", targets)):
+        for where, t in _leaves(value, name):
+            if t.is_meta or t.layout != torch.strided:
+                raise TypeError(f"{where} must be an ordinary dense tensor with values; got a "
+                                f"{'meta' if t.is_meta else str(t.layout).replace('torch.', '')} tensor "
+                                "(for a sparse one, pass .to_dense()).")
+            if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+                bad = int((~torch.isfinite(t)).sum())
+                raise ValueError(f"{where} hold {bad} NaN or inf value{'s' * (bad != 1)}: the gradients would not "
+                                 "be numbers, so there is nothing to compare. Clean the batch first.")
+    firsts = [t.shape[0] for _, t in _leaves(inputs, "inputs") if t.dim()]
+    if n not in firsts:
+        held = f"{firsts[0]} samples" if firsts else "no batch dimension"
+        raise ValueError(f"inputs hold {held} but targets hold {n}; they must match.")
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError("the model has no parameter that requires grad: there is no gradient to compare.")
     for name, p in model.named_parameters():
         if p.is_floating_point() and not bool(torch.isfinite(p).all()):
             raise ValueError(f"the model's parameter '{name}' holds NaN or inf: its gradients cannot be compared.")
+    return n
+
+
+def _split_batch(value, sizes, n) -> list:
+    """``value`` cut into micro-batches of ``sizes`` along the first dimension: every tensor whose first dimension
+    is the batch's (N), inside tuples, lists and dicts; anything else (a mask of another shape, a flag, an int)
+    is passed to every micro-batch unchanged."""
+    k = len(sizes)
+    if isinstance(value, torch.Tensor):
+        return list(value.split(list(sizes))) if value.dim() and value.shape[0] == n else [value] * k
+    if isinstance(value, Mapping):
+        parts = {key: _split_batch(v, sizes, n) for key, v in value.items()}
+        return [{key: part[i] for key, part in parts.items()} for i in range(k)]
+    if isinstance(value, (list, tuple)):
+        parts = [_split_batch(v, sizes, n) for v in value]
+        return [type(value)(part[i] for part in parts) if type(value) in (list, tuple) else
+                tuple(part[i] for part in parts) for i in range(k)]
+    return [value] * k
+
+
+def _call_model(model, x):
+    """The model on one batch: a tensor as its input, a tuple as its positional arguments, a dict as keywords."""
+    if isinstance(x, Mapping):
+        return model(**x)
+    if isinstance(x, (list, tuple)):
+        return model(*x)
+    return model(x)
 
 
 def _check_options(scale, atol, rtol, seed) -> int:
@@ -199,7 +268,47 @@ def _split(k, sizes, n):
     return k, sizes
 
 
+def _output_loss(out):
+    """The loss a model computed itself (``out.loss``, ``out["loss"]``, as Hugging Face models do with labels)."""
+    loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
+    if loss is None:
+        raise ValueError(
+            f"loss_fn=None takes the loss from the model's output, but this {type(out).__name__} holds none: a "
+            "Hugging Face model computes it only when given labels (put 'labels' in the inputs dict), or pass a "
+            "loss_fn, e.g. lambda out, y: F.cross_entropy(out.logits.flatten(0, 1), y.flatten()).")
+    return loss
+
+
+def _takes_one_argument(loss_fn) -> bool:
+    try:
+        inspect.signature(loss_fn).bind(None)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _loss_of(loss_fn, out, y, has_targets: bool):
+    """The loss of one batch: loss_fn(out, y), loss_fn(out) when there are no targets, or the output's own loss."""
+    if loss_fn is None:
+        return _output_loss(out)
+    try:
+        if has_targets or not _takes_one_argument(loss_fn):
+            return loss_fn(out, y)
+        return loss_fn(out)
+    except (TypeError, AttributeError) as err:
+        if isinstance(out, torch.Tensor):
+            raise
+        raise TypeError(
+            f"loss_fn failed on the model's output, a {type(out).__name__} rather than a tensor ({err}). loss_fn "
+            "receives the output as the model returns it: take what the loss needs from it, e.g. "
+            "lambda out, y: out.loss (a loss the model computed from labels) or "
+            "lambda out, y: F.cross_entropy(out.logits.flatten(0, 1), y.flatten()).") from err
+
+
 def _scalar_loss(loss):
+    if loss is None:
+        raise TypeError("loss_fn returned None: it must return the loss tensor (a model's out.loss is None when it "
+                        "was given no labels).")
     if not isinstance(loss, torch.Tensor):
         raise TypeError(f"loss_fn must return a tensor, got {type(loss).__name__}.")
     if loss.numel() != 1:
@@ -259,12 +368,20 @@ class _Setup:
     """What every run of one check shares: the learner's objects and the random seed."""
 
     model: nn.Module
-    loss_fn: object
-    inputs: torch.Tensor
-    targets: torch.Tensor
+    loss_fn: object  # None: the loss the model's output holds
+    inputs: object  # a tensor, or tuples, lists and dicts holding tensors
+    targets: object  # the same, or None
+    n: int  # samples in the batch
     make_optimizer: object
     seed: int
     devices: tuple
+
+    def micro_batches(self, sizes):
+        """(inputs, targets) of each micro-batch of ``sizes``."""
+        return zip(_split_batch(self.inputs, sizes, self.n), _split_batch(self.targets, sizes, self.n))
+
+    def loss(self, model, x, y):
+        return _scalar_loss(_loss_of(self.loss_fn, _call_model(model, x), y, self.targets is not None))
 
 
 @dataclass(frozen=True)
@@ -274,7 +391,6 @@ class _Variant:
     sizes: tuple
     weights: tuple
     eval_families: tuple = ()
-    summed_loss: bool = False  # the loss with reduction='sum' (the fix for losses over items that count)
 
 
 @dataclass
@@ -301,7 +417,8 @@ class _Comparison:
 
 
 def _devices(model, inputs):
-    devs = {t.device for t in itertools.chain(model.parameters(), model.buffers(), [inputs])}
+    tensors = [t for _, t in _leaves(inputs, "inputs")]
+    devs = {t.device for t in itertools.chain(model.parameters(), model.buffers(), tensors)}
     return tuple(d.index if d.index is not None else torch.cuda.current_device() for d in devs if d.type == "cuda")
 
 
@@ -310,14 +427,25 @@ def _weights(scale, sizes):
     return tuple(s / n if scale == "size" else 1 / len(sizes) if scale == "k" else 1.0 for s in sizes)
 
 
+def _switch_off(model, family):
+    """BatchNorm: its modules to eval mode (running statistics). Dropout: every other module to eval mode and
+    every dropout's p to 0 -- attention code often reads a module's ``training`` or a dropout's ``p`` itself."""
+    batchnorm = _FAMILIES["BatchNorm"]
+    for mod in model.modules():
+        if family == "BatchNorm" and isinstance(mod, batchnorm):
+            mod.eval()
+        elif family == "dropout" and not isinstance(mod, batchnorm):
+            mod.training = False
+            if isinstance(mod, _FAMILIES["dropout"]):
+                mod.p = 0.0
+
+
 def _prepared_copy(model, eval_families):
     m = copy.deepcopy(model)
     for p in m.parameters():
         p.grad = None
     for fam in eval_families:
-        for mod in m.modules():
-            if isinstance(mod, _FAMILIES[fam]):
-                mod.eval()
+        _switch_off(m, fam)
     return m
 
 
@@ -333,20 +461,37 @@ def _single_sample_batchnorm(model, sizes, err):
     )
 
 
-def _backward_micro_batches(m, setup: _Setup, variant: _Variant):
-    loss_fn = setup.loss_fn
-    if variant.summed_loss:
-        loss_fn = copy.deepcopy(loss_fn)
-        loss_fn.reduction = "sum"
-    sizes = list(variant.sizes)
+def _micro_batch_losses(m, setup: _Setup, sizes):
+    """Each micro-batch's loss on ``m``, one at a time (the caller backwards each before the next is made)."""
     with torch.random.fork_rng(devices=list(setup.devices)):
         torch.manual_seed(setup.seed)
-        for x, y, w in zip(setup.inputs.split(sizes), setup.targets.split(sizes), variant.weights):
+        for x, y in setup.micro_batches(sizes):
             try:
-                out = m(x)
+                yield setup.loss(m, x, y)
             except (RuntimeError, ValueError) as err:
-                raise _single_sample_batchnorm(m, variant.sizes, err) from err
-            (_scalar_loss(loss_fn(out, y)) * w).backward()
+                raise _single_sample_batchnorm(m, sizes, err) from err
+
+
+def _backward_micro_batches(m, setup: _Setup, variant: _Variant):
+    for loss, w in zip(_micro_batch_losses(m, setup, variant.sizes), variant.weights):
+        (loss * w).backward()
+
+
+def _grads_of(m) -> dict:
+    return {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+            for n, p in m.named_parameters() if p.requires_grad}
+
+
+def _each_micro_batch_grads(setup: _Setup, sizes, families) -> list:
+    """The gradient of each micro-batch's own (unscaled) loss, the random numbers drawn as in an accumulated run."""
+    m = _prepared_copy(setup.model, families)
+    out = []
+    for loss in _micro_batch_losses(m, setup, sizes):
+        loss.backward()
+        out.append(_grads_of(m))
+        for p in m.parameters():
+            p.grad = None
+    return out
 
 
 def _optimizer_step(params, make_optimizer):
@@ -362,7 +507,7 @@ def _run(setup: _Setup, variant: _Variant) -> _Outcome:
     m = _prepared_copy(setup.model, variant.eval_families)
     _backward_micro_batches(m, setup, variant)
     params = {n: p for n, p in m.named_parameters() if p.requires_grad}
-    grads = {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for n, p in params.items()}
+    grads = _grads_of(m)
     buffers = {n: b.detach().clone() for n, b in m.named_buffers()}
     if setup.make_optimizer is None:
         return _Outcome(grads, buffers, None, None)
@@ -371,11 +516,12 @@ def _run(setup: _Setup, variant: _Variant) -> _Outcome:
 
 
 def _items_that_count(loss_fn, targets):
-    """Per-item weights of a class-index loss that averages over the items that count (class weights,
-    ``ignore_index``), or None when the loss is a plain mean over its items."""
+    """Per-item weights of a torch class-index loss that averages over the items that count (class weights,
+    ``ignore_index``), or None when the loss is a plain mean over its items (or not such a loss)."""
     if not isinstance(loss_fn, (nn.CrossEntropyLoss, nn.NLLLoss)) or loss_fn.reduction != "mean":
         return None
-    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+    if not isinstance(targets, torch.Tensor) or targets.is_floating_point() or targets.is_complex() \
+            or targets.dtype == torch.bool:
         return None
     keep = targets != loss_fn.ignore_index
     if loss_fn.weight is None:
@@ -390,15 +536,11 @@ def _items_that_count(loss_fn, targets):
 
 
 def _compare(setup: _Setup, sizes, scale, families=()) -> _Comparison:
-    n = sum(sizes)
-    if scale == _COUNTED:
-        total = float(_items_that_count(setup.loss_fn, setup.targets).sum())
-        full = _Variant((n,), (1 / total,), families, summed_loss=True)
-        accumulated = _Variant(sizes, (1 / total,) * len(sizes), families, summed_loss=True)
-    else:
-        full = _Variant((n,), (1.0,), families)
-        accumulated = _Variant(sizes, _weights(scale, sizes), families)
-    return _Comparison(_run(setup, full), _run(setup, accumulated))
+    """The full batch against the micro-batches of ``sizes``, each loss weighted by ``scale`` (one of SCALES, or
+    the weights themselves), with ``families`` switched off on both sides."""
+    weights = _weights(scale, sizes) if isinstance(scale, str) else tuple(scale)
+    full = _Variant((sum(sizes),), (1.0,), families)
+    return _Comparison(_run(setup, full), _run(setup, _Variant(sizes, weights, families)))
 
 
 # --------------------------------------------------------------------------- measuring the differences
@@ -458,21 +600,60 @@ def _scale_cause(scale, fixed_by, sizes, ratio):
     return f"loss scaling: scale={fixed_by!r} instead of {scale!r} makes the micro-batch gradients add up right"
 
 
-def _counted_cause(loss_fn, targets, sizes):
-    per_item = _items_that_count(loss_fn, targets)
-    what = []
-    if loss_fn.weight is not None:
-        what.append("class weights")
-    if bool((targets == loss_fn.ignore_index).any()):
-        what.append(f"targets equal to ignore_index = {loss_fn.ignore_index} are skipped")
-    counts = [float(c.sum()) for c in per_item.split(list(sizes))]
+_IGNORED = -100  # the label torch's losses and Hugging Face models skip by default
+
+
+def _label_counts(setup: _Setup, sizes, shares):
+    """Each micro-batch's number of labels that count, when some labels tensor (the targets, or inputs['labels'])
+    counted as != -100 -- as they stand, or shifted by one as a causal language model compares them -- gives
+    the shares the gradients showed; else None."""
+    labels = setup.targets if isinstance(setup.targets, torch.Tensor) else (
+        setup.inputs.get("labels") if isinstance(setup.inputs, Mapping) else None)
+    if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.dtype == torch.bool:
+        return None
+    for keep in (labels != _IGNORED, (labels != _IGNORED)[..., 1:] if labels.dim() > 1 else None):
+        if keep is None or labels.shape[0] != setup.n:
+            continue
+        counts = [int(c.sum()) for c in keep.split(list(sizes))]
+        total = sum(counts)
+        if total and all(abs(c / total - s) <= 1e-3 for c, s in zip(counts, shares)):
+            return counts
+    return None
+
+
+def _counted_cause(setup: _Setup, sizes, shares):
+    """A loss averaged over the items that count: what counts, each micro-batch's count (when it can be found)
+    and the fix."""
+    per_item = _items_that_count(setup.loss_fn, setup.targets)
+    if per_item is not None:
+        loss_fn, what = setup.loss_fn, []
+        if loss_fn.weight is not None:
+            what.append("class weights")
+        if bool((setup.targets == loss_fn.ignore_index).any()):
+            what.append(f"targets equal to ignore_index = {loss_fn.ignore_index} are skipped")
+        counts, head = [float(c.sum()) for c in per_item.split(list(sizes))], f" ({' and '.join(what)})"
+    else:
+        counts = _label_counts(setup, sizes, shares)
+        head = (" (padding, labels set to -100, masked tokens)" if counts is None
+                else f" (labels other than {_IGNORED}, {' + '.join(map(str, counts))} of them)")
+    if counts is not None:
+        weighed = (f"each micro-batch's mean divides by its own count ({', '.join(_fmt(c) for c in counts)}), not "
+                   "by its number of samples")
+        found = f" ({_fmt(sum(counts))} here; num_items_in_batch in Hugging Face transformers)"
+    else:
+        weighed = (f"the full batch weighs the micro-batches by their shares of those items "
+                   f"({', '.join(f'{s:.3f}' for s in shares)}), not by their shares of the samples")
+        found = " (num_items_in_batch in Hugging Face transformers)"
     return (
-        f"a loss averaged over the items that count ({' and '.join(what)}): each micro-batch's mean divides by "
-        f"its own count ({', '.join(_fmt(c) for c in counts)}), not by its number of samples, so a share of the "
-        "samples (n_i / N) or 1 / k weighs the items unequally. As in notebook 04: compute each micro-batch loss "
-        "with reduction='sum' and divide it by the full batch's count, found before the loop "
-        f"({_fmt(sum(counts))} here; num_items_in_batch in Hugging Face transformers)"
+        f"a loss averaged over the items that count{head}: {weighed}, so a share of the samples (n_i / N) or "
+        "1 / k weighs the items unequally. As in notebook 04: compute each micro-batch loss with "
+        f"reduction='sum' and divide it by the full batch's count, found before the loop{found}"
     )
+
+
+def _weights_cause(weights):
+    return ("the micro-batch losses add up to the full-batch gradient only when weighted "
+            f"{', '.join(_fmt(w) for w in weights)} (none of n_i / N, 1 / k or 1): check how the loss is reduced")
 
 
 _FAMILY_CAUSE = {
@@ -503,24 +684,77 @@ _MIXING_CAUSE = (
 )
 
 
+def _random_in_training(setup: _Setup, families=()) -> bool:
+    """Whether the full-batch loss changes with the random seed (dropout, or anything else that draws numbers),
+    with ``families`` switched off: judged by the effect, so a dropout with p = 0 is no dropout."""
+    if not any(m.training for m in setup.model.modules()):
+        return False
+    m = _prepared_copy(setup.model, families)
+    losses = []
+    with torch.no_grad(), torch.random.fork_rng(devices=list(setup.devices)):
+        for seed in (setup.seed, setup.seed + 1):
+            torch.manual_seed(seed)
+            losses.append(_loss_of(setup.loss_fn, _call_model(m, setup.inputs), setup.targets,
+                                   setup.targets is not None).detach().double().reshape(-1)[:1].cpu())
+    return not torch.allclose(losses[0], losses[1], rtol=1e-6, atol=0.0)
+
+
+def _present_families(setup: _Setup) -> tuple[list, bool]:
+    """The families whose training-mode behaviour this check can switch off, and whether randomness is left
+    that it cannot (a random draw outside dropout)."""
+    present = [fam for fam in ("BatchNorm",)
+               if any(isinstance(m, _FAMILIES[fam]) and m.training for m in setup.model.modules())]
+    if not _random_in_training(setup):
+        return present, False
+    left = _random_in_training(setup, ("dropout",))
+    return present + ([] if left else ["dropout"]), left
+
+
+def _fitted_weights(micro, full):
+    """The weights w_i with sum_i w_i g_i closest to the full-batch gradient g (least squares), or None when the
+    gradients have too few entries to tell."""
+    g = _flat(full)
+    columns = torch.stack([_flat(m) for m in micro], dim=1)
+    if columns.shape[0] <= 2 * columns.shape[1]:
+        return None
+    return tuple(float(w) for w in torch.linalg.lstsq(columns, g.unsqueeze(1)).solution.reshape(-1))
+
+
+def _weighted(micro, weights):
+    return {n: sum(w * m[n].double() for w, m in zip(weights, micro)) for n in micro[0]}
+
+
+def _weighting(setup: _Setup, sizes, scale, families, tol, ratio):
+    """With ``families`` off: the scaling (a name from SCALES, or weights) that makes the micro-batch gradients
+    add up to the full batch's, and its cause; None when no weighting does."""
+    full = _run(setup, _Variant((sum(sizes),), (1.0,), families)).grads
+    micro = _each_micro_batch_grads(setup, sizes, families)
+    reference = {n: g.double() for n, g in full.items()}
+    for s in ([scale] if families else []) + [s for s in SCALES if s != scale]:
+        if tol.all_close(_weighted(micro, _weights(s, sizes)), reference):
+            return s, (None if s == scale else _scale_cause(scale, s, sizes, ratio))
+    fitted = _fitted_weights(micro, full)
+    if fitted is None or not tol.all_close(_weighted(micro, fitted), reference):
+        return None
+    if min(fitted) > 0 and abs(sum(fitted) - 1) < 1e-3:
+        return fitted, _counted_cause(setup, sizes, fitted)
+    return fitted, _weights_cause(fitted)
+
+
 def _diagnose(setup: _Setup, sizes, scale, tol, ratio, grads_agree, buffers_differ):
-    """Find the smallest change (loss scaling, families in eval mode) that makes both sides agree."""
-    present = [fam for fam, types in _FAMILIES.items()
-               if any(isinstance(m, types) and m.training for m in setup.model.modules())]
-    counted = [_COUNTED] if _items_that_count(setup.loss_fn, setup.targets) is not None else []
-    scales = [scale] + counted + [s for s in SCALES if s != scale]
-    if grads_agree:  # only buffers or the optimizer step differ: scaling is not the question
-        scales = [scale]
+    """Find the smallest change (families switched off, another weighting of the micro-batch losses) that makes
+    both sides agree; every cause it takes is listed."""
+    present, random_left = _present_families(setup)
     for r in range(len(present) + 1):
         for families in itertools.combinations(present, r):
-            for s in scales:
-                if (families or s != scale) and _compare(setup, sizes, s, families).agree(tol):
-                    causes = [_FAMILY_CAUSE[f] for f in families]
-                    if s == _COUNTED:
-                        causes.append(_counted_cause(setup.loss_fn, setup.targets, sizes))
-                    elif s != scale:
-                        causes.append(_scale_cause(scale, s, sizes, ratio))
+            causes = [_FAMILY_CAUSE[f] for f in families]
+            if grads_agree:  # only buffers or the optimizer step differ: scaling is not the question
+                if families and _compare(setup, sizes, scale, families).agree(tol):
                     return causes
+                continue
+            found = _weighting(setup, sizes, scale, families, tol, ratio)
+            if found is not None and _compare(setup, sizes, found[0], families).agree(tol):
+                return causes + [found[1]] * (found[1] is not None)
     if grads_agree and not buffers_differ:
         return [
             "the optimizer: the summed gradient is right, but the step differs (an optimizer whose step depends "
@@ -529,12 +763,33 @@ def _diagnose(setup: _Setup, sizes, scale, tol, ratio, grads_agree, buffers_diff
     return [_FAMILY_CAUSE[f] for f in present] + [_MIXING_CAUSE]
 
 
+def _first_report(setup: _Setup, sizes, scale, tol) -> tuple[AccumulationReport, float]:
+    """The report of the comparison as asked (before any cause is looked for), and the gradients' ratio."""
+    first = _compare(setup, sizes, scale)
+    full, acc = first.full, first.accumulated
+    d = _differences(acc.grads, full.grads)
+    report = AccumulationReport(
+        agree=False, k=len(sizes), sizes=sizes, scale=scale, max_diff=d.max_diff, worst=d.worst,
+        rel_diff=d.rel_diff, grads_agree=False, optimizer=full.optimizer,
+        not_finite=_not_finite(full.grads, "full batch") + _not_finite(acc.grads, "accumulated"),
+    )
+    if report.not_finite:
+        return report, d.ratio
+    report.grads_agree = tol.all_close(acc.grads, full.grads)
+    report.buffers_differ = tol.buffers_differ(acc.buffers, full.buffers)
+    if full.params is not None:
+        report.params_agree = tol.all_close(acc.params, full.params)
+        report.params_max_diff = max(float((acc.params[n] - full.params[n]).abs().max()) for n in full.params)
+    report.agree = report.grads_agree and not report.buffers_differ and report.params_agree is not False
+    return report, d.ratio
+
+
 def check_accumulation(
     model: nn.Module,
     loss_fn,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    k: int,
+    inputs,
+    targets=None,
+    k: int | None = None,
     *,
     sizes=None,
     scale: str = "size",
@@ -545,9 +800,15 @@ def check_accumulation(
 ) -> AccumulationReport:
     """Compare one full-batch step with one step accumulated over ``k`` micro-batches.
 
-    model, loss_fn: yours (an instance such as ``nn.MSELoss()``); the loss is ``loss_fn(model(x), y)``
-        and must be a scalar.
-    inputs, targets: the whole batch (first dimension = samples); NaN or inf in them is an error.
+    model: yours. inputs: the whole batch, as the model takes it: a tensor (``model(x)``), a tuple of
+        positional arguments (``model(*inputs)``) or a dict of keyword arguments (``model(**inputs)``, e.g.
+        ``{"input_ids": ids, "attention_mask": mask, "labels": labels}``). Every tensor whose first dimension
+        is the batch's is cut into micro-batches together; anything else is passed to each one unchanged.
+    loss_fn: yours (an instance such as ``nn.MSELoss()``, or a function of the model's output as it returns
+        it, e.g. ``lambda out, y: out.loss``); the loss is ``loss_fn(model(x), y)``, or ``loss_fn(model(x))``
+        when there are no targets, and must be a scalar. ``None``: the loss the output holds (``out.loss``).
+    targets: the whole batch's targets (first dimension = samples), or None when the loss needs none
+        (labels in inputs). NaN or inf in inputs or targets is an error.
     k: the number of micro-batches (any integer: Python, numpy or a one-element integer tensor); by default
         the batch is cut into k nearly equal consecutive parts (``sizes=`` sets the parts, e.g.
         ``sizes=(7, 3)`` with k = 2).
@@ -564,32 +825,22 @@ def check_accumulation(
     Works on deep copies: your model and its ``.grad`` are not touched. Raises TypeError or
     ValueError for bad input (k < 1, k larger than the batch, a loss that is not a scalar, a loss
     class instead of an instance, ...). Gradients that come out NaN or inf give a report with no verdict.
+    Causes are found by what the model and loss do: dropout by whether the loss changes with the seed (p = 0 is
+    no dropout), a loss over the items that count by the weights that make the micro-batch gradients add up.
     """
     _check_callables(model, loss_fn, optimizer)
-    _check_batch(model, inputs, targets)
+    if k is None:
+        raise TypeError("check_accumulation needs k, the number of micro-batches, e.g. k=4.")
+    n = _check_batch(model, inputs, targets)
     seed = _check_options(scale, atol, rtol, seed)
-    k, sizes = _split(k, sizes, inputs.shape[0])
-    setup = _Setup(model, loss_fn, inputs, targets, optimizer, seed, _devices(model, inputs))
+    k, sizes = _split(k, sizes, n)
+    setup = _Setup(model, loss_fn, inputs, targets, n, optimizer, seed, _devices(model, inputs))
     tol = _Tolerance.for_model(model, atol, rtol)
-    first = _compare(setup, sizes, scale)
-    full, acc = first.full, first.accumulated
-    d = _differences(acc.grads, full.grads)
-    report = AccumulationReport(
-        agree=False, k=k, sizes=sizes, scale=scale, max_diff=d.max_diff, worst=d.worst, rel_diff=d.rel_diff,
-        grads_agree=False, optimizer=full.optimizer,
-        not_finite=_not_finite(full.grads, "full batch") + _not_finite(acc.grads, "accumulated"),
-    )
+    report, ratio = _first_report(setup, sizes, scale, tol)
     if report.not_finite:
         report.causes = [_NOT_FINITE_CAUSE]
-        return report
-    report.grads_agree = tol.all_close(acc.grads, full.grads)
-    report.buffers_differ = tol.buffers_differ(acc.buffers, full.buffers)
-    if full.params is not None:
-        report.params_agree = tol.all_close(acc.params, full.params)
-        report.params_max_diff = max(float((acc.params[n] - full.params[n]).abs().max()) for n in full.params)
-    report.agree = report.grads_agree and not report.buffers_differ and report.params_agree is not False
-    if not report.agree:
-        report.causes = _diagnose(setup, sizes, scale, tol, d.ratio, report.grads_agree, report.buffers_differ)
-    elif any(isinstance(m, _FAMILIES["dropout"]) and m.training for m in model.modules()):
+    elif not report.agree:
+        report.causes = _diagnose(setup, sizes, scale, tol, ratio, report.grads_agree, report.buffers_differ)
+    elif "dropout" in _present_families(setup)[0]:
         report.notes = [_DROPOUT_AGREES]
     return report

@@ -24,7 +24,7 @@ import graphviz
 import torch
 
 from . import fold
-from .graphmodel import Graph, check_tensor, node_name, output_names, roots_of, title, visit, walk
+from .graphmodel import Graph, check_tensor, checkpoint_notes, node_name, output_names, roots_of, title, visit, walk
 from .layout import DOT_TIMEOUT_S, GraphTooSlow, GraphvizMissing, run_dot
 
 COLOURS = {
@@ -397,12 +397,14 @@ def draw_graph(
         edge_labels=_edge_marks(model, edge_labels),
     )
     drawable = fold.within_limits(model, marks, show_saved)
+    notes = checkpoint_notes(model, show_saved)
     if drawable.model is None:  # too big even folded: the summary, as text only
         graph = _new_graph(direction, size)
-        graph.text, graph.summary_only = drawable.summary, True
+        graph.text, graph.summary_only = "\n".join([drawable.summary] + [f"  ({n})" for n in notes]), True
         return graph
+    note = "; ".join([drawable.note] * bool(drawable.note) + notes)
     return draw_model(drawable.model, names=out_names, show_saved=show_saved, show_values=show_values,
-                      show_grads=show_grads, **drawable.marks, note=drawable.note, direction=direction, size=size)
+                      show_grads=show_grads, **drawable.marks, note=note, direction=direction, size=size)
 
 
 def chain(tensor, *, show_none: bool = False, params=None) -> str:

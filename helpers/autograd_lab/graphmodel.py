@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
+from torch.utils import checkpoint as checkpoint_module
 
 SAVED_PREFIX = "_saved_"  # torchviz's convention: a node's saved tensors are its ``_saved_*`` attributes
 
@@ -25,10 +26,12 @@ __all__ = [
     "Graph",
     "Node",
     "check_tensor",
+    "checkpoint_notes",
     "leaf_of",
     "node_name",
     "output_names",
     "param_names",
+    "read_saved",
     "saved_tensors",
     "title",
     "visit",
@@ -113,22 +116,117 @@ def output_names(names) -> dict[int, str]:
     return {id(t): name for name, t in _pairs(names, "names", '{"loss": loss}')}
 
 
-def saved_tensors(fn) -> tuple:
-    """(name, tensor) for every tensor a backward node saved, in a stable order (as torchviz finds them)."""
-    out = []
+RAW_PREFIX = "_raw_saved_"  # the same slots unread: torch's SavedTensor objects, whose hooks have not run
+_CUSTOM = "saved_tensors"  # what a custom autograd.Function's ctx.save_for_backward kept, under this name
+
+
+@dataclass(frozen=True)
+class SavedRead:
+    """What one backward node keeps for backward, read without running any saved-tensor hook that computes.
+
+    ``tensors``: (name, tensor) for every tensor it holds; ``recomputed``: the names of those a non-reentrant
+    checkpoint did not keep (reading them would run the segment's forward again); ``freed``: backward() already
+    released them (reading them raises).
+    """
+
+    tensors: tuple = ()
+    recomputed: tuple = ()
+    freed: bool = False
+
+
+def _checkpoint_holder(raw) -> bool:
+    """Whether a SavedTensor holds a non-reentrant checkpoint's placeholder instead of a tensor (torch >= 2.5
+    tells: ``unpack_hook`` and ``data``; older torch has no way to ask, and the tensor is read as before)."""
+    holder = getattr(checkpoint_module, "_Holder", None)
+    try:
+        return holder is not None and raw.unpack_hook is not None and isinstance(raw.data, holder)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _raw_slots(fn, name: str):
+    """The SavedTensor objects behind ``_saved_<name>`` (a list for a list of tensors; empty when none)."""
+    raw = getattr(fn, RAW_PREFIX + name, None)
+    return list(raw) if isinstance(raw, (list, tuple)) else [] if raw is None else [raw]
+
+
+def _custom_saved(fn) -> SavedRead:
+    """A custom autograd.Function's node: the tensors its ctx.save_for_backward kept."""
+    try:
+        raws = fn._raw_saved_tensors
+    except RuntimeError:  # freed by an earlier backward
+        return SavedRead(freed=True)
+    if any(_checkpoint_holder(r) for r in raws):
+        return SavedRead(recomputed=tuple(f"{_CUSTOM}[{i}]" for i in range(len(raws))))
+    values = fn.saved_tensors
+    return SavedRead(tensors=tuple((f"{_CUSTOM}[{i}]", v) for i, v in enumerate(values) if isinstance(v, torch.Tensor)))
+
+
+def read_saved(fn) -> SavedRead:
+    """Every tensor backward node ``fn`` saved for backward, in a stable order (the ``_saved_*`` attributes that
+    torchviz reads, or a custom Function's ``saved_tensors``), without changing anything: a tensor a
+    non-reentrant checkpoint will recompute is named in ``recomputed``, not recomputed."""
+    if isinstance(fn, torch.autograd.function.BackwardCFunction):  # a custom autograd.Function's node
+        return _custom_saved(fn)
+    out, recomputed, freed = [], [], False
     for attr in sorted(dir(fn)):
         if not attr.startswith(SAVED_PREFIX):
+            continue
+        name = attr[len(SAVED_PREFIX):]
+        if any(_checkpoint_holder(r) for r in _raw_slots(fn, name)):
+            recomputed.append(name)
             continue
         try:
             value = getattr(fn, attr)
         except RuntimeError:  # freed by an earlier backward
+            freed = True
             continue
-        name = attr[len(SAVED_PREFIX):]
         if isinstance(value, torch.Tensor):
             out.append((name, value))
         elif isinstance(value, tuple):
             out.extend((f"{name}[{i}]", v) for i, v in enumerate(value) if isinstance(v, torch.Tensor))
-    return tuple(out)
+    return SavedRead(tuple(out), tuple(recomputed), freed)
+
+
+def _segment_parameters(fn) -> int | None:
+    """How many parameters requiring grad a reentrant checkpoint's segment holds (None when it is not a module)."""
+    run = getattr(fn, "run_function", None)
+    module = run if isinstance(run, torch.nn.Module) else getattr(run, "__self__", None)
+    if not isinstance(module, torch.nn.Module):
+        return None
+    return sum(1 for p in module.parameters() if p.requires_grad)
+
+
+def checkpoint_notes(graph, show_saved: bool) -> list[str]:
+    """Sentences for what a drawing of ``graph`` cannot show: reentrant checkpoints (their segments' graphs
+    are built only in backward), tensors a non-reentrant checkpoint recomputes, saved tensors already freed."""
+    notes = []
+    reentrant = [n for n in graph.nodes
+                 if getattr(n.fn, "_forward_cls", None) is getattr(checkpoint_module, "CheckpointFunction", ())]
+    if reentrant:
+        counts = [_segment_parameters(n.fn) for n in reentrant]
+        held = f" ({sum(counts)} in all)" if None not in counts else ""
+        notes.append(
+            f"{len(reentrant)} reentrant checkpoint{'s' * (len(reentrant) > 1)} (use_reentrant=True): each "
+            "CheckpointFunctionBackward stands for a segment whose graph is built only during backward, so its "
+            f"nodes and parameters{held} are not drawn (use_reentrant=False draws them)"
+        )
+    if not show_saved:
+        return notes
+    recomputed = [n for n in graph.nodes if n.recomputed]
+    if recomputed:
+        count = sum(len(n.recomputed) for n in recomputed)
+        notes.append(f"{count} tensors of {len(recomputed)} nodes in checkpointed segments are not kept "
+                     "(not drawn): checkpoint recomputes them during backward")
+    if any(n.freed for n in graph.nodes):
+        notes.append("saved tensors not drawn: backward() has freed them (draw before backward(), or call "
+                     "backward(retain_graph=True) to keep them)")
+    return notes
+
+
+def saved_tensors(fn) -> tuple:
+    """(name, tensor) for every tensor a backward node saved and still holds (see :func:`read_saved`)."""
+    return read_saved(fn).tensors
 
 
 @dataclass(frozen=True)
@@ -142,11 +240,14 @@ class Node:
     param: str | None = None
     grad: torch.Tensor | None = None
     saved: tuple = ()
+    recomputed: tuple = ()  # saved-tensor names a non-reentrant checkpoint recomputes in backward (not held)
+    freed: bool = False  # its saved tensors were released by backward()
 
     @classmethod
     def of(cls, fn, names: Mapping, inputs: tuple = (), saved: bool = False) -> Node:
         """The node for backward node ``fn``; ``names`` maps id(leaf tensor) -> parameter name."""
         leaf = leaf_of(fn)
+        read = read_saved(fn) if saved else SavedRead()
         return cls(
             fn=fn,
             name=node_name(fn),
@@ -154,7 +255,9 @@ class Node:
             leaf=leaf,
             param=names.get(id(leaf)) if leaf is not None else None,
             grad=leaf.grad if leaf is not None else None,
-            saved=saved_tensors(fn) if saved else (),
+            saved=read.tensors,
+            recomputed=read.recomputed,
+            freed=read.freed,
         )
 
     @property

@@ -66,3 +66,64 @@ def test_the_most_basic_mistake_is_named_first():
     assert "3 micro-batches" in pass_mistake("s", log, micro_batches=3, largest=4, forwards=3).message
     assert "ran the model 3 times" in pass_mistake("s", log, micro_batches=2, largest=4, forwards=3).message
     assert "ran on 4 samples at once" in pass_mistake("s", log, micro_batches=3, largest=2, forwards=3).message
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16,
+                                      bos_token_id=0, eos_token_id=0))
+
+
+def test_record_passes_reads_a_transformers_loop_right():
+    """GPT-2 returns a ModelOutput and takes keyword arguments: each forward is still seen, with its batch size,
+    and each backward through one micro-batch's loss counts that micro-batch once (loss and logits are one)."""
+    model = _gpt2()
+    ids = torch.randint(0, 100, (4, 10), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, 6:] = 0
+    micro_batches = [dict(input_ids=ids[i:i + 2], attention_mask=mask[i:i + 2], labels=ids[i:i + 2]) for i in (0, 2)]
+    with record_passes(model) as log:
+        for batch in micro_batches:  # a correct two-micro-batch loop
+            (model(**batch).loss / 2).backward()
+        with torch.no_grad():
+            model(**micro_batches[0])
+        sum(model(**batch).loss for batch in micro_batches).backward()  # one backward through both graphs
+    assert log.forward_sizes == [2, 2, 2, 2] and log.untracked_forwards == 1
+    assert log.outputs_per_backward == [1, 1, 2] and log.pass_kinds == ["backward()"] * 3
+    assert pass_mistake("With k = 2", _first(log, 2), micro_batches=2, largest=2, forwards=2) is None
+
+
+def _first(log, passes):
+    """The log of the first ``passes`` forward and backward passes only."""
+    from autograd_lab.exercises.loops import PassLog
+
+    return PassLog(forward_sizes=log.forward_sizes[:passes], outputs_per_backward=log.outputs_per_backward[:passes],
+                   pass_kinds=log.pass_kinds[:passes])
+
+
+def test_record_passes_sees_outputs_in_dataclasses_and_tuples():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Out:
+        logits: torch.Tensor
+        extra: tuple
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 2)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return Out(y, (y.sum(), "note"))
+
+    model = Model()
+    with record_passes(model) as log:
+        for _ in range(2):
+            model(torch.randn(5, 3)).logits.pow(2).mean().backward()
+    assert log.forward_sizes == [5, 5] and log.outputs_per_backward == [1, 1]

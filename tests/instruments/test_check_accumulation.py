@@ -418,3 +418,110 @@ def test_an_agreement_with_dropout_on_says_it_is_not_a_promise():
     model.eval()
     quiet = check_accumulation(model, nn.MSELoss(), x, y, k=3)
     assert quiet.agree and quiet.notes == [] and "note:" not in str(quiet)
+
+
+# --------------------------------------------------------------------------- models as learners bring them
+
+
+def test_a_gpt2_with_padding_gets_the_token_count_cause_with_dropout_off():
+    from hf_models import gpt2, padded_batch, shifted_counts
+
+    batch = padded_batch()
+    report = check_accumulation(gpt2(dropout=0.0), lambda out, y: out.loss, batch, None, k=2)
+    counts = shifted_counts(batch["labels"], report.sizes)
+    assert not report.agree and len(report.causes) == 1 and report.notes == []
+    cause = report.causes[0]
+    assert cause.startswith("a loss averaged over the items that count") and "dropout" not in cause
+    assert f"({counts[0]}, {counts[1]})" in cause and f"({sum(counts)} here" in cause
+    assert "num_items_in_batch" in cause
+
+
+def test_a_gpt2_with_padding_and_dropout_on_gets_both_causes():
+    from hf_models import gpt2, padded_batch
+
+    report = check_accumulation(gpt2(dropout=0.1), None, padded_batch(), k=2)  # None: the output's own loss
+    assert not report.agree and len(report.causes) == 2
+    assert report.causes[0].startswith("dropout") and report.causes[1].startswith("a loss averaged over the items")
+
+
+def test_a_gpt2_without_padding_agrees_with_dropout_off_and_names_dropout_on():
+    from hf_models import gpt2, padded_batch
+
+    full = padded_batch(lengths=(12, 12, 12, 12))
+    quiet = check_accumulation(gpt2(dropout=0.0), None, full, k=2)
+    assert quiet.agree and quiet.notes == [], "modules in training mode with p = 0 are no dropout"
+    noisy = check_accumulation(gpt2(dropout=0.1), None, full, k=2)
+    assert not noisy.agree and [c.split(":")[0] for c in noisy.causes] == ["dropout"]
+
+
+def test_num_items_in_batch_passed_unchanged_makes_a_gpt2_agree():
+    """A value that is not batched (an int) goes to every micro-batch as it is: here the full batch's count of
+    labels, with which the model sums its loss and divides by that count."""
+    from hf_models import gpt2, padded_batch, shifted_counts
+
+    batch = padded_batch()
+    count = sum(shifted_counts(batch["labels"], (4,)))
+    assert check_accumulation(gpt2(), None, {**batch, "num_items_in_batch": count}, k=2, scale="none").agree
+
+
+def test_a_learners_own_token_loss_on_an_output_dataclass_is_judged_by_what_it_does():
+    from hf_models import TinyLM, padded_batch, token_mean
+
+    batch = padded_batch(lengths=(2, 12, 12, 12))
+    labels = batch.pop("labels")
+    for dropout_off in (nn.Dropout(0.0), None):  # a dropout with p = 0 in training mode is no dropout
+        model = TinyLM()
+        if dropout_off is not None:
+            model.drop = dropout_off
+        report = check_accumulation(model, lambda out, y: token_mean(out.logits, y), batch, labels, k=2)
+        assert not report.agree and len(report.causes) == 1
+        assert report.causes[0].startswith("a loss averaged over the items that count (labels other than -100")
+        assert "(14, 24)" in report.causes[0] and "(38 here" in report.causes[0]
+    both = check_accumulation(TinyLM(dropout=0.5), lambda out, y: token_mean(out.logits, y), batch, labels, k=2)
+    assert [c.split(" ")[0] for c in both.causes] == ["dropout:", "a"]
+
+
+def test_inputs_as_a_tuple_split_together_and_unbatched_values_pass_unchanged():
+    torch.manual_seed(0)
+    seen = []
+
+    class TwoInputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 1), nn.Linear(2, 1)
+
+        def forward(self, x, z, offset, gain):  # offset: a tensor of another length; gain: a float
+            seen.append((len(x), len(z), offset.shape, gain))
+            return self.a(x) + self.b(z) + offset.sum() * gain
+
+    x, z, y = torch.randn(10, 3), torch.randn(10, 2), torch.randn(10, 1)
+    report = check_accumulation(TwoInputs(), nn.MSELoss(), (x, z, torch.ones(4), 2.0), y, k=2, sizes=(7, 3))
+    assert report.agree
+    assert (7, 7, torch.Size([4]), 2.0) in seen and (3, 3, torch.Size([4]), 2.0) in seen and (10, 10) == seen[0][:2]
+
+
+def test_a_dict_of_keyword_inputs_agrees_when_nothing_is_padded():
+    from hf_models import TinyLM, padded_batch
+
+    batch = padded_batch(lengths=(12, 12, 12, 12, 12, 12))
+    assert check_accumulation(TinyLM(), None, batch, k=3).agree
+
+
+def test_models_returning_output_objects_get_clear_errors():
+    from hf_models import TinyLM, padded_batch
+
+    batch = padded_batch()
+    labels = batch.pop("labels")
+    with pytest.raises(ValueError, match="holds none: a Hugging Face model computes it only when given labels"):
+        check_accumulation(TinyLM(), None, batch, k=2)
+    with pytest.raises(TypeError, match="failed on the model's output, a TinyOutput rather than a tensor"):
+        check_accumulation(TinyLM(), nn.CrossEntropyLoss(), batch, labels, k=2)
+    with pytest.raises(TypeError, match="returned None"):
+        check_accumulation(TinyLM(), lambda out, y: out.loss, batch, labels, k=2)
+    with pytest.raises(TypeError, match="needs k"):
+        check_accumulation(TinyLM(), None, {**batch, "labels": labels})
+    with pytest.raises(TypeError, match="inputs must be a torch.Tensor .* a dict"):
+        check_accumulation(TinyLM(), None, {"input_ids": [1, 2, 3]}, k=2)
+    with pytest.raises(ValueError, match="inputs\\['attention_mask'\\] hold 1 NaN"):
+        check_accumulation(TinyLM(), None, {**batch, "attention_mask": batch["attention_mask"].float().index_put_(
+            (torch.tensor(0), torch.tensor(0)), torch.tensor(float("nan"))), "labels": labels}, k=2)

@@ -54,3 +54,98 @@ def test_chain_of_notebook_03_looped_loss_at_10000():
     x, y = data(10_000)
     text = chain(looped_loss(seed_model(), x, y))
     assert len(text.splitlines()) == 10_001 and text.count("shared: see above") == 9_999
+
+
+# --------------------------------------------------------------------------- saved tensors, read without changing them
+
+
+class _CountedBlock(torch.nn.Module):
+    """A block that counts its forward passes (a checkpoint re-runs it to recompute what it did not keep)."""
+
+    def __init__(self, calls):
+        super().__init__()
+        self.lin, self.calls = torch.nn.Linear(8, 8), calls
+
+    def forward(self, x):
+        self.calls.append(1)
+        return torch.tanh(self.lin(x))
+
+
+def _checkpointed(reentrant, blocks=4):
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    calls = []
+    model = torch.nn.ModuleList(_CountedBlock(calls) for _ in range(blocks))
+    h = torch.randn(2, 8, requires_grad=True)
+    for block in model:
+        h = checkpoint(block, h, use_reentrant=reentrant)
+    return model, h.sum(), calls
+
+
+def test_reading_a_checkpoints_saved_tensors_recomputes_nothing():
+    from autograd_lab import draw_graph
+
+    model, loss, calls = _checkpointed(reentrant=False)
+    assert len(calls) == 4
+    read = walk(loss, model, saved=True)
+    text = draw_graph(loss, model, show_saved=True).text
+    assert len(calls) == 4, "reading or drawing the saved tensors ran no block again"
+    recomputed = [n for n in read.nodes if n.recomputed]
+    assert len(recomputed) == 8 and all(n.saved == () for n in recomputed)  # 4 x (Tanh, Addmm): nothing held
+    assert "12 tensors of 8 nodes in checkpointed segments are not kept" in text and "saved by" not in text
+    loss.backward()  # and backward still works: each segment recomputed once, by backward itself
+    assert len(calls) == 8 and all(p.grad is not None for p in model.parameters())
+
+
+def test_a_custom_functions_saved_tensors_are_drawn_as_torchviz_draws_them():
+    import torchviz
+
+    from autograd_lab import draw_graph
+
+    class Cube(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return x * x * w
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, w = ctx.saved_tensors
+            return 2 * x * w * grad, x * x * grad
+
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    loss = Cube.apply(torch.tensor([4.0, 5.0, 6.0]), w).sum()
+    node = walk(loss, {"w": w}, saved=True).nodes[1]
+    assert node.name == "CubeBackward" and [name for name, _ in node.saved] == ["saved_tensors[0]", "saved_tensors[1]"]
+    assert node.saved[1][1] is w
+    text = draw_graph(loss, {"w": w}, show_saved=True).text
+    assert "saved by n1: saved_tensors[0] = [4., 5., 6.]" in text
+    theirs = torchviz.make_dot(loss).source.count("orange")  # torchviz always draws a custom Function's
+    assert theirs == len(node.saved) == 2
+
+
+def test_saved_tensors_after_backward_get_a_message_not_silence():
+    from autograd_lab import draw_graph
+
+    w = torch.tensor(1.0, requires_grad=True)
+    loss = (w * torch.tensor([4.0, 2.0])).pow(2).mean()
+    assert "backward() has freed them" not in draw_graph(loss, {"w": w}, show_saved=True).text
+    loss.backward()
+    model = walk(loss, {"w": w}, saved=True)
+    assert any(n.freed for n in model.nodes) and all(n.saved == () for n in model.nodes)
+    text = draw_graph(loss, {"w": w}, show_saved=True).text
+    assert "saved tensors not drawn: backward() has freed them" in text and "retain_graph=True" in text
+    assert "freed" not in draw_graph(loss, {"w": w}).text  # not asked for, not mentioned
+
+
+def test_a_reentrant_checkpoint_is_named_with_the_parameters_it_hides():
+    from autograd_lab import draw_graph
+
+    model, loss, calls = _checkpointed(reentrant=True)
+    graph = walk(loss, model)
+    drawn = sum(1 for n in graph.nodes if n.param is not None)
+    assert drawn == 0 and sum(1 for _ in model.parameters()) == 8  # the graph reaches none of the 8
+    text = draw_graph(loss, model, show_saved=True).text
+    assert "4 reentrant checkpoints (use_reentrant=True)" in text and "(8 in all)" in text
+    assert "use_reentrant=False draws them" in text and len(calls) == 4

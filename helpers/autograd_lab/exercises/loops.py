@@ -10,7 +10,9 @@ loop; ``pass_mistake`` and ``wide_pass_mistake`` turn what it saw into the hint.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -46,7 +48,7 @@ class PassLog:
     widest_use: int = 0
     outputs_per_backward: list = field(default_factory=list)
     pass_kinds: list = field(default_factory=list)
-    _reached: int = field(default=0, repr=False)
+    _reached: set = field(default_factory=set, repr=False)  # the forward passes the running backward reached
     _accumulated: bool = field(default=False, repr=False)
 
     @property
@@ -66,6 +68,30 @@ def _queue_at_end_of_backward(callback):
     torch.autograd.Variable._execution_engine.queue_callback(callback)
 
 
+def _output_tensors(out) -> list:
+    """The tensors of a model's output: a tensor, or tuples, lists, dicts and dataclasses of them (a Hugging Face
+    ``ModelOutput`` is a dict)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, Mapping):
+        values = list(out.values())
+    elif dataclasses.is_dataclass(out) and not isinstance(out, type):
+        values = [getattr(out, f.name) for f in dataclasses.fields(out)]
+    elif isinstance(out, (list, tuple)):
+        values = list(out)
+    else:
+        return []
+    return [t for v in values for t in _output_tensors(v)]
+
+
+def _batch_size(args, kwargs) -> int:
+    """The first dimension of the first tensor argument (positional, then keyword); 1 when there is none."""
+    for x in [*args, *kwargs.values()]:
+        if isinstance(x, torch.Tensor):
+            return len(x) if x.dim() else 1
+    return 1
+
+
 @contextlib.contextmanager
 def record_passes(model: nn.Module):
     """Record the forward and backward passes of ``model`` while the block runs; yields a ``PassLog``.
@@ -74,36 +100,38 @@ def record_passes(model: nn.Module):
     ``torch.autograd.grad`` call over several micro-batches' losses is seen as one, like one ``backward()``.
     """
     log = PassLog()
+    backwarded: set = set()  # the forward passes some backward reached
     first = next((p for p in model.parameters() if p.requires_grad), None)
 
     def end_of_pass():
         if log._reached:  # the first output's callback closes the pass; the others find nothing left
-            log.outputs_per_backward.append(log._reached)
+            log.outputs_per_backward.append(len(log._reached))
             log.pass_kinds.append("backward()" if log._accumulated else "torch.autograd.grad call")
-            log._reached, log._accumulated = 0, False
+            log._reached, log._accumulated = set(), False
 
-    def output_reached(seen):
-        def hook(grad):
-            log._reached += 1
-            if not seen:
-                seen.append(True)
-                log.backwarded_forwards += 1
-            _queue_at_end_of_backward(end_of_pass)
-        return hook
-
-    def after_forward(module, args, out):
-        if isinstance(out, torch.Tensor) and out.requires_grad:
-            x = args[0] if args else None
-            log.forward_sizes.append(len(x) if isinstance(x, torch.Tensor) and x.dim() else 1)
-            out.register_hook(output_reached([]))
-        else:
+    def after_forward(module, args, kwargs, out):
+        tracked = [t for t in _output_tensors(out) if t.requires_grad]
+        if not tracked:
             log.untracked_forwards += 1
+            return
+        log.forward_sizes.append(_batch_size(args, kwargs))
+        forward = len(log.forward_sizes)
+
+        def output_reached(grad):  # any tensor of this forward's output reached: the forward counts once
+            if forward not in backwarded:  # reached by some backward at least once
+                backwarded.add(forward)
+                log.backwarded_forwards += 1
+            log._reached.add(forward)
+            _queue_at_end_of_backward(end_of_pass)
+
+        for t in tracked:
+            t.register_hook(output_reached)
 
     def after_accumulation(param):
         if log._reached:  # a pass through the outputs (not, say, a penalty's own backward) reached .grad
             log._accumulated = True
 
-    handles = [model.register_forward_hook(after_forward)]
+    handles = [model.register_forward_hook(after_forward, with_kwargs=True)]
     if first is not None:
         handles.append(first.register_post_accumulate_grad_hook(after_accumulation))
     try:
