@@ -25,7 +25,7 @@ import torch
 
 from .arguments import check_int, check_seconds, is_bool
 from .fold import within_limits
-from .graphmodel import Graph, check_tensor, node_name, output_names, param_names, roots_of, title, visit, walk
+from .graphmodel import Graph, check_tensor, node_name, output_names, roots_of, title, visit, walk
 from .layout import DOT_TIMEOUT_S, MAX_TIMEOUT_S, GraphTooSlow, GraphvizMissing, run_dot
 from .modules import calls_for
 
@@ -199,6 +199,28 @@ def _op_label(node) -> str:
     return _label(node.name, node.module or "", attrs)
 
 
+def _storage(t) -> tuple:
+    return ("storage", t.device.type, t.untyped_storage().data_ptr())
+
+
+def leaf_names(model: Graph) -> dict:
+    """{id(leaf): name} and {its storage: name} for the named leaves of ``model``: how a saved tensor is
+    recognised as a parameter, or a view of one."""
+    named = [(n.leaf, n.param) for n in model.nodes if n.is_leaf and n.param]
+    return {**{id(t): name for t, name in named}, **{_storage(t): name for t, name in named}}
+
+
+def _owner(saved, names: Mapping) -> str | None:
+    """The parameter a saved tensor is, or shares memory with (a Linear saves its weight transposed), by name."""
+    if id(saved) in names:
+        return names[id(saved)]
+    try:
+        owner = names.get(_storage(saved))
+    except RuntimeError:  # a tensor without storage (a functorch wrapper)
+        return None
+    return f"view of {owner}" if owner else None
+
+
 def _add_nodes(graph, text, model: Graph, opts: dict) -> None:
     highlight, done, saved_names = opts["highlight"], opts["done"], opts.get("saved_names", {})
     for i, node in enumerate(model.nodes):
@@ -219,7 +241,7 @@ def _add_nodes(graph, text, model: Graph, opts: dict) -> None:
             text[-1] += "  [done]"
         graph.node(nid, label, **attrs)
         for k, (sname, saved) in enumerate(node.saved if opts["show_saved"] else ()):
-            owner = saved_names.get(id(saved))  # a saved tensor that is a parameter: named by it
+            owner = _owner(saved, saved_names)  # a saved tensor that is a parameter (or a view of one): named
             sid, slabel = f"{nid}s{k}", _label(f"{sname} ({owner})" if owner else sname, format_tensor(saved))
             graph.node(sid, slabel, fillcolor=COLOURS["saved"])
             graph.edge(sid, nid, style="dashed", arrowhead="none")
@@ -466,7 +488,7 @@ def draw_graph(
         return graph
     graph = draw_model(drawable.model, names=out_names, show_saved=show_saved, show_values=show_values,
                        show_grads=show_grads, **drawable.marks, note=drawable.note, direction=direction, size=size,
-                       saved_names=param_names(params) if show_saved else None)
+                       saved_names=leaf_names(drawable.model) if show_saved else None)
     graph.timeout, graph.summary = limit, drawable.summary
     return graph
 
