@@ -1,11 +1,10 @@
-"""The drawing on a learner's own model: real architectures (tests/instruments/architectures.py), recorded with
+"""The drawing on a learner's own model: real architectures (tools/architectures.py), recorded with
 record_modules, drawn as pictures within the time limit, with module names and folded blocks; the same node
 sets as torchviz.make_dot; torchviz's argument names accepted."""
 
 import re
 import time
 
-import architectures as arch
 import pytest
 import torch
 import torchviz
@@ -15,6 +14,7 @@ from autograd_lab import draw_graph
 from autograd_lab.graphmodel import walk
 from autograd_lab.layout import DOT_TIMEOUT_S
 from autograd_lab.modules import record_modules
+from tools import architectures as arch
 
 
 def recorded(name, **kwargs):

@@ -1,8 +1,9 @@
-"""Real architectures, built from torch.nn without weights, small enough for the tests: the shapes of the
-models learners point the instruments at (GPT-2, ViT-B/16, BERT, ResNet-18, an LSTM, checkpointed blocks, a
-custom autograd.Function). Their structure (layers, branches, parameters per module) is the real one; their
-widths are small, so that a forward pass takes milliseconds. torchvision is not in the test extra (it would need
-a lock of its own builds), so the ResNet is written here too."""
+"""Real architectures, built from torch.nn without weights, small enough for the tests and `make bench`: the
+shapes of the models learners point the instruments at (GPT-2, ViT-B/16, BERT, ResNet-18, an LSTM,
+checkpointed blocks, a custom autograd.Function). Their structure (layers, branches, parameters per module)
+is the real one; their widths are small, so that a forward pass takes milliseconds. torchvision is not in the
+test extra (it would need a lock of its own builds), so the ResNet is written here too. bench_own_models
+times their drawing."""
 
 from __future__ import annotations
 
@@ -228,3 +229,35 @@ ALL = {
     "gpt2": gpt2_loss, "vit": vit_loss, "bert": bert_loss, "resnet": resnet_loss, "lstm": lstm_loss,
     "checkpointed": checkpointed_loss, "custom_function": custom_function_loss,
 }
+
+
+def bench_own_models(runs: int = 3) -> list:
+    """Rows for `make bench`: seconds to draw each 12-layer model as a learner would (record_modules, then
+    draw_graph with module names and folding, laid out), against torchviz.make_dot laid out by the same engine."""
+    import statistics
+    import time
+
+    import torchviz
+
+    from autograd_lab.graph import draw_graph, svg_of
+    from autograd_lab.modules import record_modules
+
+    rows = []
+    for name, build, data in (("GPT-2-style, 12 blocks", GPT2, lambda: torch.randint(0, 100, (2, 16))),
+                              ("ViT-B/16-style, 12 blocks", ViT, lambda: torch.randn(2, 3, 64, 64))):
+        torch.manual_seed(0)
+        model = build()
+        with record_modules(model):
+            loss = model(data()).float().square().mean()
+        ours, theirs = [], []
+        for _ in range(runs):
+            start = time.perf_counter()
+            bundle = draw_graph(loss, params=model)._repr_mimebundle_()
+            ours.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            svg_of(torchviz.make_dot(loss, params=dict(model.named_parameters())).source)
+            theirs.append(time.perf_counter() - start)
+        rows.append({"model": name, "picture": "image/svg+xml" in bundle,
+                     "draw_graph_s": round(statistics.median(ours), 3),
+                     "make_dot_s": round(statistics.median(theirs), 3)})
+    return rows
