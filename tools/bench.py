@@ -499,6 +499,9 @@ def bench_drawing(results: dict, runs: int):
                 row[name] = round(row[name] + medians[name] * 1e3, 1) if name in medians else None
         rows.append(row)
     results["drawing"] = {"engines": list(engines), "runs": runs, "rows": rows}
+    from tools.architectures import bench_own_models
+
+    results["own_models"] = {"rows": bench_own_models(runs)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,6 +535,9 @@ def print_tables(results: dict):
     if "drawing" in results:
         table("Drawings laid out by both engines (ms for the whole group, medians)", results["drawing"]["rows"],
               ["drawings", "count", "largest_nodes", *results["drawing"]["engines"]])
+    if "own_models" in results:
+        table("A learner's own model drawn (record_modules + draw_graph, laid out) against torchviz.make_dot (s)",
+              results["own_models"]["rows"], ["model", "picture", "draw_graph_s", "make_dot_s"])
     for dev, figs in results.get("scale", {}).items():
         table(f"Looped against vectorized forward+backward, MLP 16-32-1 [{dev}]", figs["loop_vs_vectorized"],
               ["N", "vectorized_ms", "looped_ms", "ratio", "extra_us_per_sample"])

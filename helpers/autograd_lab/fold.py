@@ -1,14 +1,18 @@
-"""Folding: a graph too big to lay out in time, made smaller by drawing its repeated structure once.
+"""Folding: a graph too big to read (or to lay out in time), made smaller by drawing its repeated structure once.
 
-Before any layout (:mod:`autograd_lab.layout` says what fits):
+Before any layout (:mod:`autograd_lab.layout` says what is comfortable):
 
 1. a graph small enough, with no node used by too many others, is drawn as it is;
-2. otherwise repeated structure is folded: inputs of one node that are the same
-   chain of operations down to the same shared nodes are drawn once, their edge
-   labelled with the count ("x 200"), and a chain of identical links (a loss summed
-   one sample at a time) is drawn as one link with a loop that counts them;
-3. if the folded graph is still too big, the learner gets a text summary (node
-   counts by kind, the widest fan-in) and a sentence saying why.
+2. otherwise repeated structure is folded: numbered blocks that follow one another and compute the same
+   thing (``h.0`` ... ``h.11`` of a transformer, known from :func:`~autograd_lab.modules.record_modules`)
+   become the first block drawn in full and one box for the rest; inputs of one node that are the same
+   chain of operations down to the same shared nodes are drawn once, their edge labelled with the count
+   ("x 200"), and a chain of identical links (a loss summed one sample at a time) is drawn as one link with
+   a loop that counts them. Branches that end in different leaves are never merged;
+3. ``depth`` collapses every module that many levels down into one box;
+4. only a graph beyond any screen is refused before the layout; otherwise the layout runs under its time
+   limit, and the text summary (node counts by kind, the widest fan-in, what to do) is what a learner reads
+   when it runs out.
 
 All of it is data handed back to the renderer (:mod:`autograd_lab.graph`): the graph to draw, its
 marks by node index, and the note that says what was done; nothing here draws.
@@ -17,13 +21,15 @@ marks by node index, and the note that says what was done; nothing here draws.
 from __future__ import annotations
 
 import dataclasses
+import re
+import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .graphmodel import Graph, title
-from .layout import MAX_BENDS, MAX_NODES, fits, layout_cost
+from .graphmodel import Graph, Node, title
+from .layout import SCREEN_BOXES, fits, layout_cost
 
-__all__ = ["Drawable", "fold", "summary", "within_limits"]
+__all__ = ["Drawable", "collapse", "contract", "fold", "fold_blocks", "summary", "within_limits", "wrap"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,8 @@ def _signatures(model: Graph) -> list:
     for i in reversed(order):  # inputs before the nodes that use them
         node = model.nodes[i]
         tokens = tuple(None if j is None else ("shared", j) if fan[j] > 1 else sig[j] for j in node.inputs)
-        sig[i] = table.setdefault((node.name, node.param, tokens), len(table))
+        leaf = ("leaf", i) if node.is_leaf or node.members else None  # a branch ends in its own leaf
+        sig[i] = table.setdefault((node.name, node.param, node.module, tokens, leaf), len(table))
     return sig
 
 
@@ -66,7 +73,7 @@ def _link(model: Graph, fan: list, sig: list, i: int, p: int) -> tuple:
         "chain" if q == p else None if j is None else ("shared", j) if fan[j] > 1 else sig[j]
         for q, j in enumerate(node.inputs)
     )
-    return node.name, node.param, tokens
+    return node.name, node.param, node.module, tokens
 
 
 def _chain_run(model: Graph, fan: list, sig: list, i: int) -> tuple[int, int, int | None]:
@@ -127,6 +134,7 @@ def fold(model: Graph) -> tuple[Graph, dict, dict]:
 
 
 def _remap(marks: dict, new: dict) -> dict:
+    """``marks`` keyed by the new indices ``new`` maps old ones to (merged nodes share one)."""
     return dict(
         highlight={new[i] for i in marks["highlight"] if i in new},
         done={new[i] for i in marks["done"] if i in new},
@@ -134,44 +142,186 @@ def _remap(marks: dict, new: dict) -> dict:
     )
 
 
-def summary(model: Graph, show_saved: bool = False) -> str:
-    """The text a learner gets instead of a picture Graphviz could not lay out quickly: why, and what is in it."""
-    boxes, bends = layout_cost(model, show_saved)
+SUMMARY_ABOVE = 100  # nodes: a graph that cannot be laid out shows as its summary above this, in full below
+
+
+def contract(model: Graph, group: list, boxes: dict) -> tuple[Graph, dict]:
+    """``model`` with the nodes of each group drawn as one box: (new graph, old -> new index).
+
+    ``group`` holds per node a key or None (kept as it is); ``boxes`` maps each key to ``(name, module)``, what
+    the box reads. A box's inputs are its members' inputs outside it, each once.
+    """
+    keys, order = {}, []  # the new nodes in order: a kept node, or a box at its first member
+    for i, key in enumerate(group):
+        if key is None:
+            order.append(("node", i))
+        elif key not in keys:
+            keys[key] = len(order)
+            order.append(("box", key))
+    position = {item: k for k, item in enumerate(order)}
+    new = {i: position[("node", i)] if key is None else keys[key] for i, key in enumerate(group)}
+    members: dict = {}
+    for i, key in enumerate(group):
+        if key is not None:
+            members.setdefault(key, []).append(i)
+    nodes = []
+    for kind, item in order:
+        if kind == "node":
+            node = model.nodes[item]
+            inputs, seen = [], set()
+            for j in node.inputs:
+                target = None if j is None else new[j]
+                if j is not None and group[j] is not None:  # into a box: one edge per box
+                    if target in seen:
+                        continue
+                    seen.add(target)
+                inputs.append(target)
+            nodes.append(dataclasses.replace(node, inputs=tuple(inputs)))
+            continue
+        outside = []
+        for i in members[item]:
+            for j in model.nodes[i].inputs:
+                if j is not None and group[j] != item and new[j] not in outside:
+                    outside.append(new[j])
+        name, module = boxes[item]
+        nodes.append(Node(fn=None, name=name, inputs=tuple(outside), module=module, members=len(members[item])))
+    outputs = tuple(None if i is None else new[i] for i in model.output_nodes)
+    return dataclasses.replace(model, nodes=tuple(nodes), output_nodes=outputs), new
+
+
+def collapse(model: Graph, depth: int, kinds: dict) -> tuple[Graph, dict]:
+    """Each module ``depth`` levels down (``h.3`` at depth 2, ``h`` at 1) drawn as one box, its class and its
+    node count written in it; nodes of the model's own forward (and unrecorded ones) stay as they are."""
+    group = []
+    for node in model.nodes:
+        key = None
+        if node.module:  # "" (the model's own forward) and None (not recorded) stay
+            key = ".".join(node.module.split(".")[:depth])
+        group.append(key)
+    boxes = {key: (kinds.get(key, "module"), key) for key in group if key is not None}
+    return contract(model, group, boxes)
+
+
+_NUMBERED = re.compile(r"(?:^|\.)(\d+)(?=\.|$)")
+
+
+def _blocks(model: Graph) -> dict:
+    """{(container, index): member nodes} for each numbered module (``h.3``) and what it made, its leaves
+    included, at the outermost numbered level of each node's module."""
+    blocks: dict = {}
+    for i, node in enumerate(model.nodes):
+        m = _NUMBERED.search(node.module or "")
+        if m:
+            blocks.setdefault((node.module[:m.start(1)].rstrip("."), int(m[1])), []).append(i)
+    return blocks
+
+
+def _block_signature(model: Graph, members: list, prefix: str) -> tuple:
+    """What a block is made of, its own names left out: equal for blocks that are the same computation."""
+    local = {i: k for k, i in enumerate(members)}
+
+    def rel(name):
+        return None if name is None else name[len(prefix):]
+
+    return tuple(
+        (n.name, rel(n.module), rel(n.param), tuple(n.leaf.shape) if n.leaf is not None else None,
+         tuple(None if j is None else local.get(j, "outside") for j in n.inputs))
+        for n in (model.nodes[i] for i in members)
+    )
+
+
+def fold_blocks(model: Graph, kinds: dict) -> tuple[Graph, dict, list]:
+    """Runs of numbered blocks that follow one another and compute the same thing (``h.0`` ... ``h.11``): the
+    first drawn in full, the rest as one box. (new graph, old -> new index, one sentence per run folded)."""
+    blocks = _blocks(model)
+    group, boxes, said = [None] * len(model.nodes), {}, []
+    for parent in dict.fromkeys(p for p, _ in blocks):
+        numbers = sorted(k for p, k in blocks if p == parent)
+        sigs = {k: _block_signature(model, blocks[(parent, k)], f"{parent}.{k}." if parent else f"{k}.")
+                for k in numbers}
+        start = 0
+        while start < len(numbers):
+            end = start
+            while (end + 1 < len(numbers) and numbers[end + 1] == numbers[end] + 1
+                   and sigs[numbers[end + 1]] == sigs[numbers[start]]):
+                end += 1
+            if end > start:
+                first, second, last = (f"{parent}.{numbers[k]}" if parent else str(numbers[k])
+                                       for k in (start, start + 1, end))
+                kind = kinds.get(first, "block")
+                key = f"{second} - {last}"
+                boxes[key] = (f"{end - start} more blocks identical to {first} ({kind})", key)
+                for k in numbers[start + 1:end + 1]:
+                    for i in blocks[(parent, k)]:
+                        group[i] = key
+                said.append(f"{first} - {last}: {end - start + 1} identical blocks, {first} drawn")
+            start = end + 1
+    if not boxes:
+        return model, {i: i for i in range(len(model.nodes))}, []
+    folded, new = contract(model, group, boxes)
+    return folded, new, said
+
+
+def _advice(model: Graph) -> str:
+    """What a learner can do when a graph is too big to draw: advice that fits a model or a looped loss."""
+    if any(n.module is not None or n.param is not None for n in model.nodes):
+        return ("  A model's graph does not shrink with the batch. Draw less of it: record the forward with "
+                "record_modules(model) and pass depth=1 (each top module one box) or fold=True; draw one block "
+                "(draw_graph(model.h[0](x)) or the like); or give the layout more time: timeout=60.")
+    return ("  chain(tensor) prints the whole graph as text; draw a smaller case (fewer samples or steps), "
+            "pass fold=True, or give the layout more time: timeout=60.")
+
+
+def summary(model: Graph, show_saved: bool = False, why: str = "") -> str:
+    """The text a learner gets instead of a picture that could not be laid out: why, what is in it, what to do."""
+    boxes, _ = layout_cost(model, show_saved)
     fan = model.fan_in()
     busiest = max(range(len(fan)), key=fan.__getitem__)
     kinds = Counter(node.name for node in model.nodes).most_common()
-    why = (
-        f"{boxes} boxes to place (more than {MAX_NODES})"
-        if boxes > MAX_NODES
-        else f"its long edges would cross {bends} ranks (more than {MAX_BENDS}): paths of different lengths "
-        f"meet at {title(model.nodes[busiest])}, used by {fan[busiest]} nodes"
-    )
+    why = why or f"{boxes} boxes, more than any screen shows ({SCREEN_BOXES})"
     lines = [
-        f"autograd graph of {len(model.nodes)} backward nodes, not drawn: Graphviz would take too long to lay it "
-        f"out ({why}), even with repeated structure folded.",
-        "  nodes by kind: " + ", ".join(f"{name} x {n}" for name, n in kinds),
+        f"autograd graph of {len(model.nodes)} nodes, not drawn: {why}.",
+        *wrap("nodes by kind: " + ", ".join(f"{name} x {n}" for name, n in kinds)),
         f"  most used node: {title(model.nodes[busiest])}, input of {fan[busiest]} nodes",
-        "  chain(tensor) prints the whole graph as text; draw a smaller case (fewer samples) to see its shape.",
+        *wrap(_advice(model).strip()),
     ]
     return "\n".join(lines)
 
 
-def within_limits(model: Graph, marks: dict, show_saved: bool = False) -> Drawable:
-    """``model`` as it is when Graphviz can lay it out quickly; else folded; else a summary.
+def wrap(text: str, width: int = 110, indent: str = "  ") -> list:
+    """``text`` as lines of at most ``width`` characters, each indented (a report line never runs off)."""
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False)
 
-    ``marks`` holds ``highlight`` and ``done`` (sets of node indices) and ``edge_labels`` ({(node, input):
-    text}); the folded graph's marks follow its new indices, and its edges carry the counts of what folded.
+
+def within_limits(model: Graph, marks: dict, show_saved: bool = False, *, folding="auto", depth=None,
+                  kinds=None, any_size: bool = False) -> Drawable:
+    """What to draw of ``model``: collapsed to ``depth`` (module boxes), folded, or as it is.
+
+    ``folding`` "auto" folds repeated blocks and identical branches when the graph is too big to read
+    comfortably (:func:`~autograd_lab.layout.fits`), True always, False never. A graph with more boxes than any
+    screen shows comes back as a summary only, unless ``any_size``. ``marks`` holds ``highlight`` and ``done``
+    (sets of node indices) and ``edge_labels`` ({(node, input): text}); they follow the nodes' new indices.
+    The summary is kept for the renderer: it is what a learner reads when the layout runs out of time.
     """
-    if fits(model, show_saved):
-        return Drawable(model, marks)
-    folded, counts, new_index = fold(model)
-    if not fits(folded, show_saved):
+    notes, labels, kinds = [], {}, kinds or {}
+    if depth is not None:
+        model, new = collapse(model, depth, kinds)
+        marks = _remap(marks, new)
+        notes.append(f"depth {depth}: each module {depth} level{'s' if depth > 1 else ''} down drawn as one box")
+    if folding is True or (folding == "auto" and not fits(model, show_saved)):
+        size = len(model.nodes)
+        model, new, said = fold_blocks(model, kinds)
+        marks = _remap(marks, new)
+        folded, counts, new = fold(model)
+        if counts or said:
+            model, marks = folded, _remap(marks, new)
+            labels = {key: f"x {n}" for key, n in counts.items()}
+            notes.append(f"folded from {size} nodes, repeated structure drawn once: " + "; ".join(said + (
+                ["'x N' on an edge counts identical branches, on a loop the links of a chain"] if counts else [])))
+    labels.update(marks.pop("edge_labels"))
+    marks = {**marks, "edge_labels": labels}
+    if layout_cost(model, show_saved)[0] > SCREEN_BOXES and not any_size:
         return Drawable(None, summary=summary(model, show_saved))
-    moved = _remap(marks, new_index)
-    labels = {key: f"x {n}" for key, n in counts.items()}
-    labels.update(moved.pop("edge_labels"))
-    note = (
-        f"folded: Graphviz would take too long to lay out all {len(model.nodes)} nodes, so repeated "
-        "structure is drawn once; 'x N' on an edge counts its copies, on a loop the links of a chain"
-    )
-    return Drawable(folded, {**moved, "edge_labels": labels}, note=note)
+    big = len(model.nodes) > SUMMARY_ABOVE  # a graph too big to read as text in full gets the summary
+    return Drawable(model, marks, note="; ".join(notes), summary=summary(model, show_saved, "{why}") if big else "")

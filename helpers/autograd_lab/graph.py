@@ -23,9 +23,11 @@ from collections.abc import Iterable, Mapping
 import graphviz
 import torch
 
-from . import fold
+from .arguments import check_int, check_seconds, is_bool
+from .fold import within_limits
 from .graphmodel import Graph, check_tensor, checkpoint_notes, node_name, output_names, roots_of, title, visit, walk
-from .layout import DOT_TIMEOUT_S, GraphTooSlow, GraphvizMissing, run_dot
+from .layout import DOT_TIMEOUT_S, MAX_TIMEOUT_S, GraphTooSlow, GraphvizMissing, run_dot
+from .modules import calls_for
 
 COLOURS = {
     "op": "lightgrey",  # a backward node (grad_fn)
@@ -92,12 +94,16 @@ def svg_of(source: str, layout: str = "dot", engine=None, timeout: float = DOT_T
     return _SVG_COMMENT.sub("", run_dot(measurable_fonts(source), timeout, layout, engine))
 
 
-def _bundle(source: str, text: str, layout: str = "dot") -> dict:
-    """What a notebook stores of a graph: its picture, its text and its DOT; only the text, saying why, when
-    it cannot be laid out."""
+def _bundle(source: str, text: str, layout: str = "dot", timeout: float = DOT_TIMEOUT_S, summary: str = "") -> dict:
+    """What a notebook stores of a graph: its picture, its text and its DOT; only text, saying why, when it
+    cannot be laid out (``summary``, when given, stands for a graph too big to read as text in full)."""
     try:
-        svg = svg_of(source, layout)
-    except (GraphvizMissing, GraphTooSlow) as err:  # no picture: say why, and show the graph as text
+        svg = svg_of(source, layout, timeout=timeout)
+    except GraphTooSlow as err:
+        if summary:
+            return {"text/plain": summary.replace("{why}", str(err).split(". ")[0])}
+        return {"text/plain": f"{err}\n\nThe same graph as text:\n{text}"}
+    except GraphvizMissing as err:  # no picture: say why, and show the graph as text
         return {"text/plain": f"{err}\n\nThe same graph as text:\n{text}"}
     return {"image/svg+xml": svg, "text/plain": text, DOT_MIME: source}
 
@@ -106,22 +112,25 @@ class AutogradGraph(graphviz.Digraph):
     """A ``graphviz.Digraph`` that shows itself as SVG in Jupyter, and as text without a layout engine.
 
     ``text`` holds the graph's structure (its labels and edges), the same whichever engine lays it out.
-    ``summary_only`` marks a graph too big to lay out: it shows as text only.
+    ``summary_only`` marks a graph beyond any screen: it shows as text only. ``timeout``: the seconds its
+    layout may take; ``summary``: what it shows instead when the layout runs out of time (a big graph).
     """
 
     text: str = ""
     summary_only: bool = False
+    timeout: float = DOT_TIMEOUT_S
+    summary: str = ""
 
     def svg(self) -> str:
         """The SVG, laid out by the course's engine (:mod:`autograd_lab.layout`), time-bounded."""
         if self.summary_only:
             raise GraphTooSlow(self.text)
-        return svg_of(self.source)
+        return svg_of(self.source, timeout=self.timeout)
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         if self.summary_only:
             return {"text/plain": self.text}
-        return _bundle(self.source, self.text)
+        return _bundle(self.source, self.text, timeout=self.timeout, summary=self.summary)
 
     def __repr__(self) -> str:
         return self.text or super().__repr__()
@@ -181,16 +190,47 @@ def _leaf_label(node, show_values: bool, show_grads: bool) -> str:
     return _label(node.param or "leaf", value, grad)
 
 
+def _op_label(node) -> str:
+    """A backward node's label: its name, the module that made it, its saved values (show_attrs); a box
+    standing for a module's nodes: the module, what it is, how many nodes it holds."""
+    if node.members:
+        return _label(node.module, node.name, f"{node.members} backward node{'s' if node.members > 1 else ''}")
+    attrs = "\n".join(f"{k}: {v}" for k, v in node.attrs)
+    return _label(node.name, node.module or "", attrs)
+
+
+def _storage(t) -> tuple:
+    return ("storage", t.device.type, t.untyped_storage().data_ptr())
+
+
+def leaf_names(model: Graph) -> dict:
+    """{id(leaf): name} and {its storage: name} for the named leaves of ``model``: how a saved tensor is
+    recognised as a parameter, or a view of one."""
+    named = [(n.leaf, n.param) for n in model.nodes if n.is_leaf and n.param]
+    return {**{id(t): name for t, name in named}, **{_storage(t): name for t, name in named}}
+
+
+def _owner(saved, names: Mapping) -> str | None:
+    """The parameter a saved tensor is, or shares memory with (a Linear saves its weight transposed), by name."""
+    if id(saved) in names:
+        return names[id(saved)]
+    try:
+        owner = names.get(_storage(saved))
+    except RuntimeError:  # a tensor without storage (a functorch wrapper)
+        return None
+    return f"view of {owner}" if owner else None
+
+
 def _add_nodes(graph, text, model: Graph, opts: dict) -> None:
-    highlight, done = opts["highlight"], opts["done"]
+    highlight, done, saved_names = opts["highlight"], opts["done"], opts.get("saved_names", {})
     for i, node in enumerate(model.nodes):
         nid = f"n{i}"
         if node.is_leaf:
             label = _leaf_label(node, opts["show_values"], opts["show_grads"])
             text.append(f"{nid} AccumulateGrad -> leaf {_one_line(label)}")
         else:
-            label = node.name
-            text.append(f"{nid} {label}")
+            label = _op_label(node)
+            text.append(f"{nid} {_one_line(label, '  ')}")
         fill = COLOURS["leaf"] if node.is_leaf else COLOURS["op"]
         if i in highlight:
             fill = COLOURS["highlight"]
@@ -201,7 +241,8 @@ def _add_nodes(graph, text, model: Graph, opts: dict) -> None:
             text[-1] += "  [done]"
         graph.node(nid, label, **attrs)
         for k, (sname, saved) in enumerate(node.saved if opts["show_saved"] else ()):
-            sid, slabel = f"{nid}s{k}", _label(sname, format_tensor(saved))
+            owner = _owner(saved, saved_names)  # a saved tensor that is a parameter (or a view of one): named
+            sid, slabel = f"{nid}s{k}", _label(f"{sname} ({owner})" if owner else sname, format_tensor(saved))
             graph.node(sid, slabel, fillcolor=COLOURS["saved"])
             graph.edge(sid, nid, style="dashed", arrowhead="none")
             text.append(f"{sid} saved by {nid}: {_one_line(slabel, ' = ')}")
@@ -260,15 +301,18 @@ def draw_model(
     direction: str = "BT",
     size: str | None = None,
     note: str = "",
+    saved_names: Mapping | None = None,
 ) -> AutogradGraph:
     """Render a walked :class:`~autograd_lab.graphmodel.Graph`; marks and labels are keyed by node index.
 
     ``names`` maps id(output tensor) -> name; ``edge_labels`` maps (node, input) index pairs -> text;
-    ``note`` is a sentence drawn under the graph and put first in its text (why it was folded).
+    ``note`` is a sentence drawn under the graph and put first in its text (why it was folded);
+    ``saved_names`` maps id(tensor) -> parameter name, for saved tensors that are parameters.
     """
     graph = _new_graph(direction, size)
     text: list[str] = []
-    opts = dict(show_values=show_values, show_grads=show_grads, show_saved=show_saved, highlight=highlight, done=done)
+    opts = dict(show_values=show_values, show_grads=show_grads, show_saved=show_saved, highlight=highlight, done=done,
+                saved_names=saved_names or {})
     _add_nodes(graph, text, model, opts)
     _add_edges(graph, text, model, edge_labels or {})
     _add_outputs(graph, text, model, names or {}, show_values)
@@ -358,6 +402,28 @@ def _edge_marks(model: Graph, edge_labels) -> dict:
     return marks
 
 
+FOLDING = ("auto", True, False)
+
+
+def _check_drawing(fold_, depth, timeout, show_attrs, max_attr_chars, calls) -> float:
+    """The drawing options checked; the layout's time limit in seconds."""
+    if not any(fold_ is f for f in FOLDING):
+        raise ValueError(f'fold must be "auto" (fold a graph too big to read), True or False; got {fold_!r}.')
+    if not is_bool(show_attrs):
+        raise TypeError(f"show_attrs must be True or False (torchviz's name: write each node's saved values); "
+                        f"got {show_attrs!r}.")
+    check_int("max_attr_chars", max_attr_chars, "a whole number of characters, e.g. 50", low=0)
+    if depth is not None:
+        check_int("depth", depth, "None or a module depth from 1 (the model's top modules)", low=1)
+        if calls is None:
+            raise ValueError("depth= collapses a model's modules, so it needs the model and a record of its "
+                             "forward pass: with record_modules(model): loss = loss_fn(model(x), y), then "
+                             "draw_graph(loss, params=model, depth=1).")
+    if timeout is None:
+        return DOT_TIMEOUT_S
+    return check_seconds("timeout", timeout, at_most=MAX_TIMEOUT_S)
+
+
 def draw_graph(
     tensors,
     params=None,
@@ -371,10 +437,17 @@ def draw_graph(
     done=(),
     direction: str = "BT",
     size: str | None = None,
+    fold="auto",
+    depth: int | None = None,
+    module_names: bool = True,
+    timeout: float | None = None,
+    show_attrs: bool = False,
+    max_attr_chars: int = 50,
 ) -> AutogradGraph:
     """Draw the autograd graph behind ``tensors`` (a tensor or a list of them).
 
-    params      names for leaves: a dict {name: tensor}, an nn.Module, or (name, tensor) pairs.
+    params      names for leaves: the model itself (an nn.Module), ``model.named_parameters()``, a dict
+                {name: tensor} or (name, tensor) pairs. Saved tensors that are parameters get their names too.
     names       names for the drawn output tensors, e.g. {"loss": loss}.
     show_saved  add the tensors each node saved for backward (orange, dashed edges).
     show_values write small leaf values on the leaves; show_grads writes their ``.grad``.
@@ -384,27 +457,42 @@ def draw_graph(
     direction   Graphviz rankdir: "BT" (the default) puts the output at the top, the leaves at the bottom,
                 and arrows follow the forward pass upwards; "TB" turns it upside down.
     size        None (natural size) or a Graphviz size in inches, e.g. "8,5".
-
-    A graph too big for Graphviz to lay out within its time limit comes back folded (identical branches drawn
-    once, with their count) or, failing that, as a text summary; either says why.
+    fold        "auto" (the default) folds a graph too big to read at a glance: repeated blocks that follow
+                one another (h.0 ... h.11) drawn once and one box for the rest, identical branches once with
+                their count. True always folds, False never.
+    module_names when ``params`` is a model whose forward ran under ``record_modules(model)``, each node
+                names the module that made it (True, the default); False leaves them out.
+    depth       with such a model: each module this many levels down drawn as one box (1: the top modules).
+    timeout     the seconds the layout may take (default 6). A graph that cannot be laid out in time shows
+                as a text summary saying what to do; with an explicit timeout even a graph beyond any screen
+                (more than 3000 boxes) is tried.
+    show_attrs, max_attr_chars  torchviz's names: write each node's saved non-tensor values (a dim, an
+                alpha), each cut to max_attr_chars characters.
     """
     _check_layout(direction, size)
-    model = walk(tensors, params, saved=show_saved)
+    calls = calls_for(params)
+    limit = _check_drawing(fold, depth, timeout, show_attrs, max_attr_chars, calls)
+    lookup = calls.lookup() if calls is not None and (module_names or depth is not None) else None
+    model = walk(tensors, params, saved=show_saved, modules=lookup, attrs=max_attr_chars if show_attrs else None)
     out_names = output_names(names)
     marks = dict(
         highlight=_marked(model, highlight, "highlight"),
         done=_marked(model, done, "done"),
         edge_labels=_edge_marks(model, edge_labels),
     )
-    drawable = fold.within_limits(model, marks, show_saved)
+    drawable = within_limits(model, marks, show_saved, folding=fold, depth=depth,
+                             kinds=calls.kinds if calls else None, any_size=timeout is not None)
     notes = checkpoint_notes(model, show_saved)
-    if drawable.model is None:  # too big even folded: the summary, as text only
+    if drawable.model is None:  # beyond any screen, even folded: the summary, as text only
         graph = _new_graph(direction, size)
         graph.text, graph.summary_only = "\n".join([drawable.summary] + [f"  ({n})" for n in notes]), True
         return graph
     note = "; ".join([drawable.note] * bool(drawable.note) + notes)
-    return draw_model(drawable.model, names=out_names, show_saved=show_saved, show_values=show_values,
-                      show_grads=show_grads, **drawable.marks, note=note, direction=direction, size=size)
+    graph = draw_model(drawable.model, names=out_names, show_saved=show_saved, show_values=show_values,
+                       show_grads=show_grads, **drawable.marks, note=note, direction=direction, size=size,
+                       saved_names=leaf_names(drawable.model) if show_saved else None)
+    graph.timeout, graph.summary = limit, drawable.summary
+    return graph
 
 
 def chain(tensor, *, show_none: bool = False, params=None) -> str:

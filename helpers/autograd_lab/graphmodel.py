@@ -32,6 +32,7 @@ __all__ = [
     "output_names",
     "param_names",
     "read_saved",
+    "saved_attrs",
     "saved_tensors",
     "title",
     "visit",
@@ -102,11 +103,14 @@ def _pairs(mapping, argument: str, example: str):
     return pairs
 
 
+PARAMS_EXAMPLE = 'model (the nn.Module itself), model.named_parameters() or {"w": w}'
+
+
 def param_names(params) -> dict[int, str]:
     """{id(tensor): name} from a dict {name: tensor}, an ``nn.Module`` or (name, tensor) pairs."""
     if params is None:
         return {}
-    return {id(t): name for name, t in _pairs(params, "params", '{"w": w}')}
+    return {id(t): name for name, t in _pairs(params, "params", PARAMS_EXAMPLE)}
 
 
 def output_names(names) -> dict[int, str]:
@@ -229,6 +233,25 @@ def saved_tensors(fn) -> tuple:
     return read_saved(fn).tensors
 
 
+def saved_attrs(fn, max_chars: int = 50) -> tuple:
+    """(name, text) for every value a backward node saved that is not a tensor (``dim``, ``alpha``, a shape),
+    as torchviz's ``show_attrs`` shows them, each text cut to ``max_chars`` characters."""
+    out = []
+    for attr in sorted(dir(fn)):
+        if not attr.startswith(SAVED_PREFIX):
+            continue
+        try:
+            value = getattr(fn, attr)
+        except RuntimeError:  # freed by an earlier backward
+            continue
+        if isinstance(value, torch.Tensor) or (isinstance(value, tuple) and any(
+                isinstance(v, torch.Tensor) for v in value)):
+            continue
+        text = str(value)
+        out.append((attr[len(SAVED_PREFIX):], text if len(text) <= max_chars else text[:max(max_chars - 3, 0)] + "..."))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Node:
     """One backward node. ``inputs`` holds, per entry of ``next_functions``, the input's index or None."""
@@ -242,6 +265,9 @@ class Node:
     saved: tuple = ()
     recomputed: tuple = ()  # saved-tensor names a non-reentrant checkpoint recomputes in backward (not held)
     freed: bool = False  # its saved tensors were released by backward()
+    module: str | None = None  # the module whose forward made it (record_modules), "" for the model's own
+    attrs: tuple = ()  # (name, text) of the non-tensor values it saved (show_attrs)
+    members: int = 0  # a box that stands for this many backward nodes (a module collapsed by folding), else 0
 
     @classmethod
     def of(cls, fn, names: Mapping, inputs: tuple = (), saved: bool = False) -> Node:
@@ -349,11 +375,24 @@ def visit(root_fns) -> tuple[list, list, dict]:
     return order, children, index
 
 
-def walk(tensors, params=None, *, saved: bool = False, what: str = "draw_graph") -> Graph:
+def _annotated(node: Node, modules, attrs: int | None) -> Node:
+    """``node`` with the module that made it and, when asked, its saved non-tensor values."""
+    module = None
+    if modules is not None:
+        module = node.param.rpartition(".")[0] if node.is_leaf and node.param else modules(node.fn)
+    extra = saved_attrs(node.fn, attrs) if attrs is not None and not node.is_leaf else ()
+    return dataclasses.replace(node, module=module, attrs=extra)
+
+
+def walk(tensors, params=None, *, saved: bool = False, what: str = "draw_graph", modules=None,
+         attrs: int | None = None) -> Graph:
     """Walk the graph behind ``tensors`` once (iteratively) into a :class:`Graph`.
 
     params  names for leaves: a dict {name: tensor}, an nn.Module, or (name, tensor) pairs.
     saved   also collect the tensors each node saved for backward (slower: it reads every attribute).
+    modules a function backward node -> module name (:meth:`autograd_lab.modules.ModuleCalls.lookup`):
+            each node's ``module``; a leaf's is its parameter's owner, from its name.
+    attrs   also collect each node's non-tensor saved values, cut to this many characters (show_attrs).
     """
     roots = roots_of(tensors, what)
     names = param_names(params)
@@ -363,5 +402,7 @@ def walk(tensors, params=None, *, saved: bool = False, what: str = "draw_graph")
         Node.of(fn, names, tuple(None if c is None else index[id(c)] for c in kids), saved)
         for fn, kids in zip(order, children)
     ]
+    if modules is not None or attrs is not None:
+        nodes = [_annotated(n, modules, attrs) for n in nodes]
     output_nodes = tuple(None if fn is None else index[id(fn)] for fn in root_fns)
     return Graph(nodes=tuple(nodes), outputs=tuple(roots), output_nodes=output_nodes)

@@ -3,10 +3,12 @@
 ``run_dot`` lays DOT out with the engine :func:`autograd_lab.env.find_engine` picks (graphviz-pure, installed
 with the course, unless ``AUTOGRAD_LAB_DOT`` selects a system ``dot``), as a program of its own process group
 with a timeout (:mod:`autograd_lab.processes`): a timeout or an interrupted kernel never leaves it running.
-``layout_cost`` and ``fits`` tell in advance whether the layout will finish in time, from the two things its
-time grows with: the boxes to place, and the ranks that long edges cross. The second explodes where hundreds
-of paths of different lengths meet at one shared node (a looped loss, every sample's path ending at the
-weight ``w``): each crossing is a bend that the crossing minimisation must place.
+``layout_cost`` and ``fits`` tell in advance whether a layout is comfortably quick and readable, from the two
+things its time grows with: the boxes to place, and the ranks that long edges cross. The second explodes where
+hundreds of paths of different lengths meet at one shared node (a looped loss, every sample's path ending at
+the weight ``w``): each crossing is a bend that the crossing minimisation must place. Beyond them a graph is
+folded first (:mod:`autograd_lab.fold`), but still laid out: only the time limit, or a graph beyond any
+screen (``SCREEN_BOXES``), turns a picture into text.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from . import processes
 from .env import Engine, engine_repair, find_engine
 from .graphmodel import Graph
 
-DOT_TIMEOUT_S = 6.0  # the longest a drawing may hold the kernel
+DOT_TIMEOUT_S = 6.0  # the longest a drawing may hold the kernel (draw_graph(..., timeout=) changes it)
+MAX_TIMEOUT_S = 600.0  # the most a learner may ask for
 # Budgets that keep a layout far inside DOT_TIMEOUT_S, with either engine, also on a slow core
-# (`make bench` times both engines on the course's drawings):
+# (`make bench` times both engines on the course's drawings); above them a graph is folded, then laid out:
 MAX_NODES = 500  # boxes drawn (backward nodes and saved tensors)
 MAX_BENDS = 1200  # rank crossings of long edges, the cost that explodes at a shared leaf
+SCREEN_BOXES = 3000  # more boxes than any screen can show legibly: a summary without trying the layout
 LAYOUTS = ("dot", "neato", "fdp", "sfdp", "circo", "twopi", "osage", "patchwork")  # Graphviz's -K, both engines
 
-__all__ = ["DOT_TIMEOUT_S", "GraphTooSlow", "GraphvizMissing", "fits", "install_hint", "layout_cost", "run_dot"]
+__all__ = ["DOT_TIMEOUT_S", "SCREEN_BOXES", "GraphTooSlow", "GraphvizMissing", "fits", "install_hint", "layout_cost",
+           "run_dot"]
 
 
 class GraphvizMissing(RuntimeError):
@@ -32,7 +37,11 @@ class GraphvizMissing(RuntimeError):
 
 
 class GraphTooSlow(RuntimeError):
-    """Raised when the layout engine cannot lay a graph out within the time limit."""
+    """Raised when the layout engine cannot lay a graph out within the time limit (its message says what to do)."""
+
+
+TOO_SLOW_ADVICE = ("Draw less of it (draw_graph(..., fold=True), or depth=1 for a recorded model, or one block "
+                   "of it), or allow more time: draw_graph(..., timeout=60).")
 
 
 def install_hint(broken: str | None = None, engine: Engine | None = None, problem: str | None = None) -> str:
@@ -65,7 +74,7 @@ def run_dot(source: str, timeout: float = DOT_TIMEOUT_S, layout: str = "dot", en
         raise GraphvizMissing(install_hint(broken=str(err), engine=engine)) from None
     except subprocess.TimeoutExpired:
         raise GraphTooSlow(f"{engine.name} did not lay this graph out within {timeout:g} s, "
-                           "so it was stopped.") from None
+                           f"so it was stopped. {TOO_SLOW_ADVICE}") from None
     if code != 0:
         raise GraphvizMissing(install_hint(broken=err.decode("utf-8", "replace"), engine=engine))
     return out.decode("utf-8")
@@ -80,6 +89,6 @@ def layout_cost(model: Graph, show_saved: bool = False) -> tuple[int, int]:
 
 
 def fits(model: Graph, show_saved: bool = False) -> bool:
-    """Whether ``dot`` lays ``model`` out well within the time limit."""
+    """Whether ``model`` is laid out well within the time limit and read at a glance: drawn without folding."""
     boxes, bends = layout_cost(model, show_saved)
     return boxes <= MAX_NODES and bends <= MAX_BENDS

@@ -25,7 +25,7 @@ def test_looped_loss_draws_folded_well_within_the_time_limit(n):
     assert time.perf_counter() - start < 3
     assert "image/svg+xml" in bundle
     lines = g.text.splitlines()
-    assert "repeated structure is drawn once" in lines[1]
+    assert "repeated structure drawn once" in lines[1]
     assert f"  n2 -> n1  x {n}" in lines and sum("AccumulateGrad -> leaf w" in line for line in lines) == 1
     assert lines[2:4] == ["  n0 MeanBackward0", "  n1 StackBackward0"]
 
@@ -45,19 +45,48 @@ def test_summed_loss_folds_its_chain_of_additions(n):
     assert sum("AccumulateGrad -> leaf w" in line for line in lines) == 1 and len(lines) < 40
 
 
-def test_a_big_graph_without_repeats_gets_a_summary_saying_why():
+def test_a_big_graph_without_repeats_is_still_drawn_when_it_can_be_laid_out_in_time():
     z = torch.tensor(0.5, requires_grad=True)
     for _ in range(300):
-        z = z.sin().cos()  # 600 nodes; no two neighbours alike, nothing to fold
+        z = z.sin().cos()  # 600 nodes; no two neighbours alike, nothing to fold: above the old fixed cap of 500
+    g = draw_graph(z)
+    assert "image/svg+xml" in g._repr_mimebundle_() and not g.summary_only
+
+
+def test_a_graph_beyond_any_screen_gets_a_summary_saying_why_and_what_to_do():
+    z = torch.tensor(0.5, requires_grad=True)
+    for _ in range(1600):
+        z = z.sin().cos()
     start = time.perf_counter()
     g = draw_graph(z)
     bundle = g._repr_mimebundle_()
-    assert time.perf_counter() - start < 3
+    assert time.perf_counter() - start < 3  # refused before any layout
     assert set(bundle) == {"text/plain"} and g.summary_only
-    assert "not drawn: Graphviz would take too long" in bundle["text/plain"]
-    assert "601 boxes to place (more than 500)" in g.text and "CosBackward0 x 300" in g.text
+    assert "more than any screen shows (3000)" in g.text and "CosBackward0 x 1600" in g.text
+    assert "timeout=60" in g.text and "fewer samples" in g.text
+    assert max(len(line) for line in g.text.splitlines()) <= 110  # long lines wrapped
     with pytest.raises(GraphTooSlow):
         g.svg()
+
+
+def test_a_layout_that_runs_out_of_time_shows_the_summary_and_the_override():
+    z = torch.tensor(0.5, requires_grad=True)
+    for _ in range(100):
+        z = z.sin().cos()
+    bundle = draw_graph(z, timeout=0.001)._repr_mimebundle_()
+    assert set(bundle) == {"text/plain"}
+    text = bundle["text/plain"]
+    assert text.startswith("autograd graph of 201 nodes, not drawn: graphviz-pure did not lay this graph out "
+                           "within 0.001 s") or "did not lay this graph out within 0.001 s" in text
+    assert "timeout=60" in text
+
+
+def test_timeout_is_checked():
+    w = torch.tensor(1.0, requires_grad=True)
+    with pytest.raises(ValueError, match="timeout is in seconds"):
+        draw_graph(w * 2, timeout=6000)
+    with pytest.raises(ValueError, match='fold must be "auto"'):
+        draw_graph(w * 2, fold="yes")
 
 
 def test_small_graphs_are_never_folded():

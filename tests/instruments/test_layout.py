@@ -98,3 +98,46 @@ def test_a_broken_dot_gives_the_repair_hint_not_a_traceback(tmp_path, monkeypatc
     bundle = g._repr_mimebundle_()
     assert set(bundle) == {"text/plain"} and message in bundle["text/plain"]
     assert "AccumulateGrad -> leaf w" in bundle["text/plain"]
+
+
+# A kernel that prints its pid, then lays out a graph that takes minutes (a random tangle of 300 boxes)
+KERNEL = """
+import random, sys
+import psutil
+from autograd_lab.layout import run_dot
+random.seed(0)
+edges = " ".join(f"a{random.randrange(300)} -> a{random.randrange(300)};" for _ in range(600))
+print(psutil.Process().pid, flush=True)
+run_dot("digraph {" + edges + "}", timeout=300)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status") or os.uname().sysname != "Linux",
+                    reason="the parent-death signal is Linux's")
+@pytest.mark.parametrize("kill", [signal.SIGKILL, signal.SIGTERM])
+def test_no_layout_process_outlives_a_killed_kernel(kill):
+    import subprocess
+    import sys
+
+    import psutil
+
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL], stdout=subprocess.PIPE, text=True)
+    engine = []
+    try:
+        psutil.Process(int(kernel.stdout.readline()))
+        deadline = time.monotonic() + 20
+        while not engine and time.monotonic() < deadline:  # wait for the layout to start
+            engine = psutil.Process(kernel.pid).children()
+            time.sleep(0.05)
+        assert engine, "the layout engine never started"
+        time.sleep(0.5)  # well into the layout
+        kernel.send_signal(kill)  # what a kernel restart does when the kernel does not answer
+        kernel.wait(timeout=10)
+        assert not alive(engine[0].pid, wait=5), "the layout engine outlived the kernel"
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+        kernel.stdout.close()
+        for proc in engine:  # a failed check leaves nothing running either
+            if proc.is_running():
+                proc.kill()
