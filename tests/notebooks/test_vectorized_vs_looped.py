@@ -264,7 +264,7 @@ def test_the_loop_is_much_slower_only_where_a_sample_brings_little_work():
     assert conv_ratio < 4 and conv_ratio < mlp_ratio / 5, (conv_ratio, mlp_ratio)
 
 
-# ---------------------------------------------------------------- section 3: what the graph holds beyond its saved tensors
+# ---------------------------------------------------------------- section 3: what the graph holds beyond saved tensors
 
 needs_heap = pytest.mark.skipif(lab.held_bytes(lambda: None) is None, reason="the C library reports no heap statistics")
 
