@@ -35,7 +35,6 @@ _HOMES = {
     "environment_report": "env",
     "graph_nodes": "graph",
     "held_bytes": "measure",
-    "line_chart": "svg",
     "live": "widgets",
     "time_call": "measure",
     "timeline_text": "timeline",
