@@ -6,8 +6,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-import autograd_lab as lab
-from autograd_lab.svg import Drawing, nice_step
+from autograd_lab.svg import Drawing, line_chart, nice_step
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -39,7 +38,7 @@ def test_nice_steps_are_round_numbers(span, step):
 
 
 def test_line_chart_plots_every_point_and_names_every_series():
-    drawing = lab.line_chart({"per update": [0.05, 0.1, 0.05, 0.0], "per micro-batch": [0.1, 0.0, 0.0, 0.0]},
+    drawing = line_chart({"per update": [0.05, 0.1, 0.05, 0.0], "per micro-batch": [0.1, 0.0, 0.0, 0.0]},
                              title="t", xlabel="update", ylabel="learning rate")
     assert len(drawing.of("point")) == 8 and len(drawing.of("series")) == 2
     assert [t for t in drawing.texts("legend")] == ["per update", "per micro-batch"]
@@ -52,7 +51,7 @@ def test_line_chart_plots_every_point_and_names_every_series():
 @pytest.mark.parametrize("series", [{}, [1, 2], {"a": [1, float("nan")]}, {"a": "12"}])
 def test_line_chart_refuses_what_it_cannot_draw(series):
     with pytest.raises((TypeError, ValueError), match="line_chart|series"):
-        lab.line_chart(series)
+        line_chart(series)
 
 
 def test_a_drawing_saves_to_a_file(tmp_path):
