@@ -255,13 +255,14 @@ def _ratio(model, x, y):
 
 @pytest.mark.slow
 def test_the_loop_is_much_slower_only_where_a_sample_brings_little_work():
-    """The rule and its boundary, with margins no busy machine turns around (quiet: about 200x against 1-2x)."""
+    """The rule and its boundary, as a comparison a busy machine does not turn around (quiet: about 200x against
+    1-2x; beside the browser tests the conv net's ratio reached 5x, the MLP's stayed near 200x)."""
     torch.manual_seed(0)
     mlp = MODELS["mlp 16-64-1"][0]()
     mlp_ratio = _ratio(mlp, torch.randn(300, 16), torch.randn(300))
     conv_ratio = _ratio(conv_net(), torch.randn(16, 3, 32, 32), torch.randn(16))
     assert mlp_ratio > 10, mlp_ratio
-    assert conv_ratio < 4 and conv_ratio < mlp_ratio / 5, (conv_ratio, mlp_ratio)
+    assert conv_ratio < mlp_ratio / 10, (conv_ratio, mlp_ratio)
 
 
 # ---------------------------------------------------------------- section 3: what the graph holds beyond saved tensors
