@@ -34,6 +34,7 @@ import copy
 import inspect
 import itertools
 import math
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -117,7 +118,8 @@ class AccumulationReport:
             self._gradient_line(),
         ]
         if self.buffers_differ:
-            lines.append(f"  buffers:    DIFFER -- {', '.join(self.buffers_differ)}")
+            lines.extend(textwrap.wrap(f"buffers:    DIFFER -- {', '.join(self.buffers_differ)}", width=110,
+                                       initial_indent="  ", subsequent_indent=" " * 16))  # a ResNet has 60
         if self.optimizer is not None and not self.not_finite:
             if self.params_agree:
                 lines.append(f"  after one {self.optimizer} step: parameters AGREE")

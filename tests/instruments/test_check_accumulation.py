@@ -4,6 +4,7 @@ dropout, losses over the items that count), and its boundary: the inputs a learn
 """
 
 import copy
+import itertools
 
 import numpy as np
 import pytest
@@ -525,3 +526,15 @@ def test_models_returning_output_objects_get_clear_errors():
     with pytest.raises(ValueError, match="inputs\\['attention_mask'\\] hold 1 NaN"):
         check_accumulation(TinyLM(), None, {**batch, "attention_mask": batch["attention_mask"].float().index_put_(
             (torch.tensor(0), torch.tensor(0)), torch.tensor(float("nan"))), "labels": labels}, k=2)
+
+
+def test_a_long_buffers_line_is_wrapped():
+    """Sixty BatchNorm buffers (a ResNet's) on lines a notebook shows whole."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)) for _ in range(20)], nn.Linear(4, 1))
+    report = check_accumulation(model, nn.MSELoss(), torch.randn(8, 4), torch.randn(8, 1), k=2)
+    lines = str(report).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  buffers:"))
+    block = [lines[start]] + list(itertools.takewhile(lambda line: line.startswith(" " * 16), lines[start + 1:]))
+    assert len(block) > 5 and all(len(line) <= 110 for line in block), block
+    assert "19.1.num_batches_tracked" in str(report)
