@@ -150,8 +150,8 @@ lock: $(LEARNER)
 # (.venv-3.X). PYTHONS names them; TORCH_INDEX_<version> overrides where that Python's torch comes from.
 PYTHONS ?= 3.10 3.12 3.13
 PYTHONS_OPTS ?=
-test-pythons:
-	@$(PYTHON) -m tools pythons $(PYTHONS) $(PYTHONS_OPTS)
+test-pythons: $(TESTER)
+	@$(PY) -m tools pythons $(PYTHONS) $(PYTHONS_OPTS)
 
 clean:
 	rm -rf $(VENV) .venv-3.* build bench-results test-artifacts .pytest_cache
