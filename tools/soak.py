@@ -36,7 +36,7 @@ from autograd_lab import processes  # the standard library only: no torch for th
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 BIN = Path(sys.executable).parent  # the tools beside this Python: its environment's nbconvert and papermill
-LONG = ("00", "04", "08")  # the notebooks a busy machine stalled most (widget cells, the first one)
+LONG = ("00", "04", "07")  # 00 and 04 stalled a busy machine most (widget cells); 07 is the longest run
 SHORT = ("00", "04")  # --short (CI): these, SHORT_RUNS times per tool
 SHORT_RUNS = 3
 MIN_TIMEOUT_S = 120.0
@@ -165,7 +165,7 @@ def parse(argv):
     p.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/NN_*.ipynb")
     p.add_argument("--runs", type=int, default=5, help="busy runs of each notebook per tool (default 5)")
     p.add_argument("--long-runs", type=int, default=30, help="busy runs of the --long notebooks (default 30)")
-    p.add_argument("--long", nargs="*", default=list(LONG), help="number prefixes (default 00 04 08)")
+    p.add_argument("--long", nargs="*", default=list(LONG), help=f"number prefixes (default {' '.join(LONG)})")
     p.add_argument("--short", action="store_true", help=f"CI's: {' and '.join(SHORT)}, {SHORT_RUNS} runs each")
     p.add_argument("--tools", nargs="+", default=["nbconvert", "papermill"], choices=["nbconvert", "papermill"])
     p.add_argument("--busy", type=int, default=2, help="CPU-bound processes beside the runs (default 2)")
