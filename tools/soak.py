@@ -4,8 +4,9 @@
 
 Each notebook runs with ``jupyter nbconvert --to notebook --execute`` and with ``papermill``, both with their
 defaults (no cell timeout: a stalled wait for a reply would wait for ever, jupyter/nbclient#312), from the
-notebook's folder, the tools of the Python running this module. First a quiet reference: ``--quiet-runs``
-runs of each notebook and tool, nothing else started. Then ``--busy`` CPU-bound processes are started and
+notebook's folder, the tools of the Python running this module. First one warm-up run, not counted (it
+reads torch from disk), then a quiet reference: ``--quiet-runs`` runs of each notebook and tool, nothing else
+started. Then ``--busy`` CPU-bound processes are started and
 each notebook runs ``--runs`` times in a row per tool (``--long-runs`` for the notebooks in ``--long``: the
 widget-heavy ones). A run that has not ended after ``--timeout-factor`` times its quiet time (at least
 ``MIN_TIMEOUT_S``) is killed and counted as a stall. Every run's time and the load average are printed as
@@ -192,6 +193,9 @@ def main(argv=None) -> int:
     counts = {nb.name: args.long_runs if nb.name[:2] in args.long else args.runs for nb in notebooks}
     log_dir = Path(tempfile.mkdtemp(prefix="al-soak-logs-"))
     print(f"soak: Python {PYTHON}; kernel python3 = {kernel_line()}; logs of the last runs in {log_dir}")
+    # A first run reads torch and the kernel from disk: a quiet reference taken then would be too slow.
+    warm = run_once(args.tools[0], notebooks[0], 30 * 60, False, log_dir)
+    print(f"warm-up (not counted): {warm.notebook} {warm.tool} {warm.seconds:.1f} s {warm.status}")
     print(f"quiet reference ({args.quiet_runs} run(s) each), load {os.getloadavg()[0]:.1f}:", flush=True)
     quiet, runs = quiet_times(notebooks, args.tools, args.quiet_runs, log_dir)
     burners = burn(args.busy)
