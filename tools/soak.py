@@ -6,9 +6,9 @@ Each notebook runs with ``jupyter nbconvert --to notebook --execute`` and with `
 defaults (no cell timeout: a stalled wait for a reply would wait for ever, jupyter/nbclient#312), from the
 notebook's folder, the tools of the Python running this module. First one warm-up run, not counted (it
 reads torch from disk), then a quiet reference: ``--quiet-runs`` runs of each notebook and tool, nothing else
-started. Then ``--busy`` CPU-bound processes are started and
-each notebook runs ``--runs`` times in a row per tool (``--long-runs`` for the notebooks in ``--long``: the
-widget-heavy ones). A run that has not ended after ``--timeout-factor`` times its quiet time (at least
+started. Then ``--busy`` CPU-bound processes are started and each notebook runs ``--runs`` times in a row per
+tool (``--long-runs`` for the notebooks in ``--long``: 00 and 04, whose widget cells stalled most, and 07, the
+longest run). A run that has not ended after ``--timeout-factor`` times its quiet time (at least
 ``MIN_TIMEOUT_S``) is killed and counted as a stall. Every run's time and the load average are printed as
 they come, then a table per notebook and tool; the verdict is that every run ended, without error, within
 ``--factor`` times the quiet time (a run has ended well when its executed copy is complete: papermill's
@@ -41,6 +41,7 @@ LONG = ("00", "04", "07")  # 00 and 04 stalled a busy machine most (widget cells
 SHORT = ("00", "04")  # --short (CI): these, SHORT_RUNS times per tool
 SHORT_RUNS = 3
 MIN_TIMEOUT_S = 120.0
+QUIET_TIMEOUT_S = 30 * 60  # the limit of a warm-up or quiet run: generous, since it sets the reference
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
@@ -110,7 +111,7 @@ def quiet_times(notebooks, tools, repeat: int, log_dir: Path) -> tuple[dict, lis
         for tool in tools:
             mine = []
             for i in range(repeat):
-                mine.append(run_once(tool, nb, 30 * 60, False, log_dir))
+                mine.append(run_once(tool, nb, QUIET_TIMEOUT_S, False, log_dir))
                 _say(mine[-1], i + 1, repeat, None)
             runs += mine
             quiet[nb.name, tool] = statistics.median(r.seconds for r in mine)
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="al-soak-logs-"))
     print(f"soak: Python {PYTHON}; kernel python3 = {kernel_line()}; logs of the last runs in {log_dir}")
     # A first run reads torch and the kernel from disk: a quiet reference taken then would be too slow.
-    warm = run_once(args.tools[0], notebooks[0], 30 * 60, False, log_dir)
+    warm = run_once(args.tools[0], notebooks[0], QUIET_TIMEOUT_S, False, log_dir)
     print(f"warm-up (not counted): {warm.notebook} {warm.tool} {warm.seconds:.1f} s {warm.status}")
     print(f"quiet reference ({args.quiet_runs} run(s) each), load {os.getloadavg()[0]:.1f}:", flush=True)
     quiet, runs = quiet_times(notebooks, args.tools, args.quiet_runs, log_dir)
