@@ -6,10 +6,11 @@ only checks them on a learner's own model, and names the cause when they differ.
 ``check_accumulation(model, loss_fn, inputs, targets, k)`` answers one question
 about *your* model and loss: does accumulating over ``k`` micro-batches give the
 gradient (and, with ``optimizer=``, the optimizer step) of the full batch? It
-works on deep copies, so your model, its ``.grad`` and the global random state
-are left as they were. When the two disagree it re-runs variants (BatchNorm or
-dropout switched off, the micro-batch losses weighted otherwise) to name the
-likely cause, judged by what the model and loss do, not by their classes::
+works on deep copies of the model and fresh copies of the batch, so your model,
+its ``.grad``, your batch, your grad mode and the global random states (torch's
+and Python's) are left as they were. When the two disagree it re-runs variants
+(BatchNorm or dropout switched off, the micro-batch losses weighted otherwise) to
+name the likely cause, judged by what the model and loss do, not by their classes::
 
     report = check_accumulation(model, nn.MSELoss(), x, y, k=4)
     print(report)          # a short text report
@@ -30,10 +31,12 @@ divides by the full batch's count, e.g. ``reduction="sum"`` then ``/ N``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import itertools
 import math
+import random
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -165,6 +168,21 @@ def _leaves(value, where: str):
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             yield from _leaves(v, f"{where}[{i}]")
+
+
+def _copied(value):
+    """``value`` with every tensor in it cloned and detached from the caller's graph (tuples, lists and dicts rebuilt
+    around the copies, as ``_split_batch`` builds them; anything else as it is). The model only ever sees such
+    copies: one that changes its input in place (``x.mul_(2.0)``) then changes neither the caller's batch nor the
+    next run's."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    if isinstance(value, Mapping):
+        return {key: _copied(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        parts = [_copied(v) for v in value]
+        return type(value)(parts) if type(value) in (list, tuple) else tuple(parts)
+    return value
 
 
 def _batch_size(inputs, targets) -> int:
@@ -319,7 +337,10 @@ def _scalar_loss(loss):
             "(e.g. reduction='mean' or .mean()), since backward() needs one number."
         )
     if not loss.requires_grad:
-        raise ValueError("the loss does not depend on any parameter that requires grad (it has no grad_fn).")
+        raise ValueError(
+            "the loss does not depend on any parameter that requires grad (it has no grad_fn): the model or loss "
+            "cuts it off the graph (.detach(), .item(), torch.no_grad() or torch.tensor(...) inside them). Compute "
+            "the loss from the model's output with tensor operations only.")
     return loss.reshape(())
 
 
@@ -379,8 +400,15 @@ class _Setup:
     devices: tuple
 
     def micro_batches(self, sizes):
-        """(inputs, targets) of each micro-batch of ``sizes``."""
-        return zip(_split_batch(self.inputs, sizes, self.n), _split_batch(self.targets, sizes, self.n))
+        """(inputs, targets) of each micro-batch of ``sizes``, each a fresh copy: a model that changes its input in
+        place then changes neither the caller's batch nor another micro-batch's (a value passed to every
+        micro-batch unchanged is one tensor until it is copied)."""
+        for x, y in zip(_split_batch(self.inputs, sizes, self.n), _split_batch(self.targets, sizes, self.n)):
+            yield _copied(x), _copied(y)
+
+    def batch(self):
+        """(inputs, targets) of the whole batch, a fresh copy."""
+        return _copied(self.inputs), _copied(self.targets)
 
     def loss(self, model, x, y):
         return _scalar_loss(_loss_of(self.loss_fn, _call_model(model, x), y, self.targets is not None))
@@ -686,6 +714,30 @@ _MIXING_CAUSE = (
 )
 
 
+def _changed_in_place(setup: _Setup) -> list:
+    """Where one forward pass and loss change the batch they are given in place (names such as "inputs[0]"). The
+    caller's batch is never handed to the model, so it is the untouched reference for the copy that was; one
+    forward pass without grad is enough, and draws its random numbers from a forked generator."""
+    x, y = setup.batch()
+    m = _prepared_copy(setup.model, ())
+    with torch.no_grad(), torch.random.fork_rng(devices=list(setup.devices)):
+        torch.manual_seed(setup.seed)
+        _loss_of(setup.loss_fn, _call_model(m, x), y, setup.targets is not None)
+    return [where for name, after, before in (("inputs", x, setup.inputs), ("targets", y, setup.targets))
+            for (where, a), (_, b) in zip(_leaves(after, name), _leaves(before, name)) if not torch.equal(a, b)]
+
+
+def _in_place_note(changed) -> str:
+    who = ("the model changes its input" if any(w.startswith("inputs") for w in changed)
+           else "the loss changes its targets")
+    return (
+        f"{who} in place ({', '.join(changed)} differ after one forward pass; e.g. x.mul_(...), x += ... or "
+        "x[...] = ... on a tensor it was given): each run gets a fresh copy here, so the comparison above stands, "
+        "but a training loop that reuses the batch (another epoch, micro-batches that are views of it, a step "
+        "taken again) computes on values already changed. Compute out of place instead (x = x * 2.0)."
+    )
+
+
 def _random_in_training(setup: _Setup, families=()) -> bool:
     """Whether the full-batch loss changes with the random seed (dropout, or anything else that draws numbers),
     with ``families`` switched off: judged by the effect, so a dropout with p = 0 is no dropout."""
@@ -696,7 +748,8 @@ def _random_in_training(setup: _Setup, families=()) -> bool:
     with torch.no_grad(), torch.random.fork_rng(devices=list(setup.devices)):
         for seed in (setup.seed, setup.seed + 1):
             torch.manual_seed(seed)
-            losses.append(_loss_of(setup.loss_fn, _call_model(m, setup.inputs), setup.targets,
+            x, y = setup.batch()  # a fresh copy each time: an input changed in place would pass for randomness
+            losses.append(_loss_of(setup.loss_fn, _call_model(m, x), y,
                                    setup.targets is not None).detach().double().reshape(-1)[:1].cpu())
     return not torch.allclose(losses[0], losses[1], rtol=1e-6, atol=0.0)
 
@@ -786,6 +839,35 @@ def _first_report(setup: _Setup, sizes, scale, tol) -> tuple[AccumulationReport,
     return report, d.ratio
 
 
+@contextlib.contextmanager
+def _callers_state_kept(devices):
+    """Grad mode on inside, whatever the caller left on (the check backwards its losses; a kernel may have run
+    torch.set_grad_enabled(False) or be inside torch.inference_mode()); outside, the caller's modes and torch's and
+    Python's global random states as they were, also when the check raises (the learner's model may draw from
+    either)."""
+    python_state = random.getstate()
+    try:
+        with torch.random.fork_rng(devices=list(devices)), torch.inference_mode(False), torch.enable_grad():
+            yield
+    finally:
+        random.setstate(python_state)
+
+
+def _judged(setup: _Setup, sizes, scale, tol) -> AccumulationReport:
+    """The comparison as asked, the causes when it fails, and the notes on what the verdict does not promise."""
+    report, ratio = _first_report(setup, sizes, scale, tol)
+    if report.not_finite:
+        report.causes = [_NOT_FINITE_CAUSE]
+    elif not report.agree:
+        report.causes = _diagnose(setup, sizes, scale, tol, ratio, report.grads_agree, report.buffers_differ)
+    elif "dropout" in _present_families(setup)[0]:
+        report.notes.append(_DROPOUT_AGREES)
+    changed = _changed_in_place(setup)
+    if changed:
+        report.notes.append(_in_place_note(changed))
+    return report
+
+
 def check_accumulation(
     model: nn.Module,
     loss_fn,
@@ -821,12 +903,18 @@ def check_accumulation(
     atol, rtol: how close counts as equal (``torch.allclose``). By default 1e-5 and 1e-4 for float32 and
         float64 models; for bfloat16 and float16 models a few units of the dtype's rounding, relative to
         the size of the gradients.
-    seed: both runs start from this random seed (dropout then draws reproducibly); your
-        global random state is restored afterwards.
+    seed: both runs start from this random seed (dropout then draws reproducibly); torch's and Python's
+        global random states are restored afterwards, also when the check raises.
 
-    Works on deep copies: your model and its ``.grad`` are not touched. Raises TypeError or
-    ValueError for bad input (k < 1, k larger than the batch, a loss that is not a scalar, a loss
-    class instead of an instance, ...). Gradients that come out NaN or inf give a report with no verdict.
+    Works on deep copies: your model and its ``.grad`` are not touched. The model is run on fresh copies of
+    the inputs and targets (cloned tensors in the same tuples and dicts), a new one for every run, so your
+    batch is not touched either, even by a model that changes its input in place. Such a model gets a note in
+    the report ("the model changes its input in place ..."): the comparison stands, since every run starts
+    from your batch, but a training loop that reuses the batch would feed it values already changed. The passes
+    run with grad enabled whatever your grad mode (``torch.no_grad()``, ``torch.set_grad_enabled(False)``,
+    ``torch.inference_mode()``), and your mode is as it was afterwards. Raises TypeError or ValueError for bad
+    input (k < 1, k larger than the batch, a loss that is not a scalar, a loss class instead of an instance,
+    ...). Gradients that come out NaN or inf give a report with no verdict.
     Causes are found by what the model and loss do: dropout by whether the loss changes with the seed (p = 0 is
     no dropout), a loss over the items that count by the weights that make the micro-batch gradients add up.
     """
@@ -838,11 +926,5 @@ def check_accumulation(
     k, sizes = _split(k, sizes, n)
     setup = _Setup(model, loss_fn, inputs, targets, n, optimizer, seed, _devices(model, inputs))
     tol = _Tolerance.for_model(model, atol, rtol)
-    report, ratio = _first_report(setup, sizes, scale, tol)
-    if report.not_finite:
-        report.causes = [_NOT_FINITE_CAUSE]
-    elif not report.agree:
-        report.causes = _diagnose(setup, sizes, scale, tol, ratio, report.grads_agree, report.buffers_differ)
-    elif "dropout" in _present_families(setup)[0]:
-        report.notes = [_DROPOUT_AGREES]
-    return report
+    with _callers_state_kept(setup.devices):
+        return _judged(setup, sizes, scale, tol)

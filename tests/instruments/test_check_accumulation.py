@@ -1,10 +1,12 @@
 """check_accumulation: its verdicts and the causes it names (unequal micro-batches, missing scaling, BatchNorm,
 dropout, losses over the items that count), and its boundary: the inputs a learner's own project passes
-(numpy and torch integers, non-finite values, low-precision models, single-sample BatchNorm, bad arguments).
+(numpy and torch integers, non-finite values, low-precision models, single-sample BatchNorm, bad arguments),
+and what it leaves as found: the caller's batch (a model that changes its input in place), grad mode, random state.
 """
 
 import copy
 import itertools
+import random
 
 import numpy as np
 import pytest
@@ -538,3 +540,94 @@ def test_a_long_buffers_line_is_wrapped():
     block = [lines[start]] + list(itertools.takewhile(lambda line: line.startswith(" " * 16), lines[start + 1:]))
     assert len(block) > 5 and all(len(line) <= 110 for line in block), block
     assert "19.1.num_batches_tracked" in str(report)
+
+
+# ---------------------------------------------------------------------- the caller's batch, grad mode, random states
+
+
+class _DoublesItsInput(nn.Module):
+    """A model that scales its input in place before the first layer, as a learner's normalisation might."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+
+    def forward(self, x, z=None):
+        x.mul_(2.0)
+        return self.net(x) if z is None else self.net(x) + z.sum(dim=1, keepdim=True)
+
+
+@pytest.mark.parametrize("structure", ["tensor", "tuple", "dict"])
+def test_a_model_that_changes_its_input_in_place_leaves_the_callers_batch_alone_and_says_so(data, structure):
+    X, Y = data
+    Z = torch.randn(32, 2)
+    inputs = {"tensor": X, "tuple": (X, Z), "dict": {"x": X, "z": Z}}[structure]
+    kept = X.clone(), Y.clone(), Z.clone()
+    report = check_accumulation(_DoublesItsInput(), nn.MSELoss(), inputs, Y, k=4)
+    assert torch.equal(X, kept[0]) and torch.equal(Y, kept[1]) and torch.equal(Z, kept[2]), "the caller's batch"
+    text = str(report)
+    assert report.agree and report.causes == [] and "mixes the samples" not in text, text
+    assert len(report.notes) == 1 and "changes its input in place" in report.notes[0], report.notes
+    assert "inputs" in report.notes[0] and "fresh copy" in report.notes[0] and "note:" in text
+
+
+def test_a_model_that_leaves_its_input_alone_gets_no_in_place_note(data):
+    X, Y = data
+    report = check_accumulation(_mlp(), nn.MSELoss(), X, Y, k=4)
+    assert report.agree and report.notes == [] and "in place" not in str(report)
+
+
+def test_grad_mode_left_off_by_the_caller_is_judged_and_stays_off(data):
+    X, Y = data
+    with torch.no_grad():
+        report = check_accumulation(_mlp(), nn.MSELoss(), X, Y, k=4)
+        assert not torch.is_grad_enabled(), "the caller's grad mode is restored"
+    assert report.agree, str(report)
+    previous = torch.is_grad_enabled()
+    torch.set_grad_enabled(False)  # as a kernel left it after an evaluation cell
+    try:
+        wrong = check_accumulation(_mlp(), nn.MSELoss(), X, Y, 2, sizes=(24, 8), scale="k")
+        assert not torch.is_grad_enabled()
+        with pytest.raises(ValueError, match="not a scalar"):
+            check_accumulation(_mlp(), nn.MSELoss(reduction="none"), X, Y, 2)
+        assert not torch.is_grad_enabled(), "restored also when the check raises"
+    finally:
+        torch.set_grad_enabled(previous)
+    assert not wrong.agree and wrong.causes[0].startswith("unequal micro-batches")
+    with torch.inference_mode():  # a kernel inside an evaluation block
+        assert check_accumulation(_mlp(), nn.MSELoss(), X, Y, k=4).agree
+        assert torch.is_inference_mode_enabled()
+
+
+class _NoisyModel(nn.Module):
+    """Draws from torch's and Python's global generators in forward (noise injection, random augmentation)."""
+
+    def __init__(self, calls, fail_on_call=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net, self.fail_on_call = nn.Linear(3, 1), fail_on_call
+        self.count = lambda: calls.append(1) or len(calls)  # a function: the check's deep copies share it
+
+    def forward(self, x):
+        if self.count() == self.fail_on_call:
+            raise RuntimeError("this model fails on purpose")
+        return self.net(x + 0.01 * torch.randn_like(x)) * (1.0 + 1e-3 * random.random())
+
+
+@pytest.mark.parametrize("fail_on_call", [None, 2], ids=["returns", "raises"])
+def test_torch_and_python_random_state_are_left_as_found(data, fail_on_call):
+    X, Y = data
+    calls = []
+    model = _NoisyModel(calls, fail_on_call)
+    torch.manual_seed(123)
+    random.seed(123)
+    torch_state, python_state = torch.get_rng_state(), random.getstate()
+    if fail_on_call is None:
+        check_accumulation(model, nn.MSELoss(), X, Y, k=2)
+    else:
+        with pytest.raises(RuntimeError, match="fails on purpose"):
+            check_accumulation(model, nn.MSELoss(), X, Y, k=2)
+    assert len(calls) >= 2
+    assert torch.equal(torch.get_rng_state(), torch_state), "torch's global random state"
+    assert random.getstate() == python_state, "Python's global random state"
