@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from . import trust
 from .answers import as_int, close, is_unanswered, read_number
 from .feedback import Feedback, correct, malformed, never_raises, unanswered, wrong
 
@@ -151,3 +152,6 @@ def check_loss_divisor(answer, world: int = 4, k: int = 2, micro_batch: int = 16
             return wrong(hint)
     return wrong(f"each rank adds k = {k} losses, each a sum over {micro_batch} samples; DDP then averages over "
                  f"the {world} ranks. Which divisor makes the result the mean over all samples?")
+
+
+trust.record(__name__)  # last: every name above is defined (see .trust)

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn.functional import mse_loss
 
+from . import trust
 from .answers import equal, is_unanswered
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 from .isolation import kept_as_found
@@ -649,3 +650,6 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
         f"accumulating still changes the update (parameter difference {diff:.2g} of the step). Does some layer "
         "mix samples, or draw random numbers (dropout)? Use only per-sample layers."
     )
+
+
+trust.record(__name__)  # last: every name above is defined (see .trust)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import torch
 
+from . import trust
 from .answers import as_names, close, is_unanswered, read_number
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
@@ -280,3 +281,6 @@ def check_silu_backward(answer) -> Feedback:
     return wrong(f"at x = {x[i].item():g} with grad_output = {g[i].item():g} your backward returns "
                  f"{gx.reshape(-1)[i].item():.4g}; grad_output * d/dx[x * sigmoid(x)] is {right[i].item():.4g}. "
                  "Check each factor, then compare with finite differences.")
+
+
+trust.record(__name__)  # last: every name above is defined (see .trust)

@@ -11,6 +11,7 @@ import functools
 import html
 from dataclasses import dataclass
 
+from . import trust
 from .isolation import kept_as_found
 
 __all__ = ["Feedback", "correct", "describe_error", "malformed", "never_raises", "unanswered", "wrong"]
@@ -84,6 +85,15 @@ def describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {first}".rstrip(": ")
 
 
+def _replaced_before(names: list) -> Feedback:
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    cannot = any(n.endswith("(before the checks were imported)") for n in names)
+    what_now = ("Restart the kernel and run the notebook from the top without that cell." if cannot else
+                "The check has put the originals back: run your answer's cell again, without the replacement.")
+    return wrong(f"before this check ran, a cell replaced what the check judges with: {shown}. A check only "
+                 f"judges an answer with torch and its own code as they are. {what_now}")
+
+
 def never_raises(check):
     """Wrap a check so that nothing a learner's answer does escapes as an exception, and the kernel is left as
     the check found it (:func:`.isolation.kept_as_found`: grad mode, default dtype and the rest).
@@ -92,10 +102,17 @@ def never_raises(check):
     ``SystemExit`` (``exit()`` or ``sys.exit()`` in a learner's loop would otherwise end the check as if the
     cell had failed) and the other ``BaseException`` subclasses a learner's code can raise. Only
     ``KeyboardInterrupt`` propagates: the learner pressed interrupt, and the cell must stop.
+
+    Before the check runs, what it relies on is compared with what was there when the checks were imported
+    (:mod:`.trust`): anything a cell replaced since is put back, and the answer is not judged this time.
     """
 
     @functools.wraps(check)
     def guarded(*args, **kwargs):
+        changed = trust.replaced()
+        if changed:
+            trust.restore()
+            return _replaced_before(changed)
         try:
             with kept_as_found():
                 return check(*args, **kwargs)
@@ -113,3 +130,6 @@ def never_raises(check):
             )
 
     return guarded
+
+
+trust.record(__name__)  # last: every name above is defined (see .trust)

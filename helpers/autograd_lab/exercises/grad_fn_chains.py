@@ -16,6 +16,7 @@ from collections import Counter
 import torch
 
 from ..graphmodel import walk
+from . import trust
 from .answers import as_names, as_number, close, is_unanswered, read_function
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
@@ -434,3 +435,6 @@ def check_second_backward(answer) -> Feedback:
         "look, print each node's `_saved_` attributes, as section 2 does, and find the ones that hold tensors.\n"
         + "\n".join(lines)
     )
+
+
+trust.record(__name__)  # last: every name above is defined (see .trust)

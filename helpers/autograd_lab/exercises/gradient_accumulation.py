@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from . import trust
 from .answers import as_int, close, is_unanswered, read_function
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 from .isolation import kept_as_found
@@ -443,3 +444,6 @@ def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT
             hints.append(f"{name}: one step per group of {k} consecutive micro-batches, the last group possibly "
                          f"shorter: ceil({n} / {k}).")
     return wrong(f"with n = {n}, k = {k}: " + " ".join(hints))
+
+
+trust.record(__name__)  # last: every name above is defined (see .trust)

@@ -9,33 +9,32 @@ or the rest of the check, would observe:
 - torch function and dispatch modes the code entered and left on the mode stack (a mode that answers
   ``torch.allclose`` with True would otherwise judge the rest of the check);
 - the functions of torch's namespaces that the code replaced (``torch.allclose = ...``,
-  ``torch.Tensor.backward = ...``) and those of the checker modules themselves.
+  ``torch.Tensor.backward = ...``) and those of the checker modules themselves;
+- the random streams a notebook's next cell draws from: torch's (CPU, and CUDA once it is in use), Python's
+  ``random`` and NumPy's global one, so that a learner's next random cell draws what it would have without
+  the check; torch's thread count; the warnings filters.
 
-What it does not cover: torch's random stream (the notebooks' later draws depend on where a check leaves it), and
-objects reached some other way (``gc``), which a process cannot hide from code running in it.
+What changed *before* a check is :mod:`.trust`'s business. Objects reached some other way (``gc``) a process
+cannot hide from code running in it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import sys
+import warnings
 
 import torch
+
+from . import trust
+from .trust import trusted_namespaces
 
 __all__ = ["kept_as_found"]
 
 
-def _namespaces():
-    """The modules and classes whose attributes a learner's code might replace, checker modules included."""
-    spaces = [torch, torch.Tensor, torch.nn.functional, torch.autograd, torch.autograd.Function, torch.nn.Module,
-              torch.nn.utils, torch.optim.Optimizer, torch.optim.SGD, torch.linalg]
-    package = __name__.rpartition(".")[0]
-    spaces += [m for name, m in list(sys.modules.items()) if m is not None and name.startswith(package + ".")]
-    return spaces
-
-
 def _snapshot_namespaces():
-    return [(space, dict(vars(space))) for space in _namespaces()]
+    return [(space, dict(vars(space))) for space in trusted_namespaces()]
 
 
 def _restore_namespaces(saved):
@@ -43,10 +42,10 @@ def _restore_namespaces(saved):
         current = vars(space)
         for name, value in attributes.items():
             if current.get(name, _MISSING) is not value:
-                setattr(space, name, value)
+                (type.__setattr__ if isinstance(space, type) else object.__setattr__)(space, name, value)
         if isinstance(space, type):  # a class gains no attributes of its own while a check runs
             for name in [n for n in current if n not in attributes]:
-                delattr(space, name)
+                type.__delattr__(space, name)
 
 
 _MISSING = object()
@@ -60,6 +59,25 @@ def _pop_modes(function_modes: int, dispatch_modes: int):
         torch._C._pop_torch_dispatch_stack()
 
 
+class _RandomState:
+    """The global random streams a notebook cell draws from, taken and put back."""
+
+    def __init__(self):
+        self.torch = torch.random.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.python = random.getstate()
+        numpy = sys.modules.get("numpy")  # only where the kernel uses NumPy already
+        self.numpy = (numpy, numpy.random.get_state()) if numpy is not None else None
+
+    def put_back(self):
+        torch.random.set_rng_state(self.torch)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+        random.setstate(self.python)
+        if self.numpy is not None:
+            self.numpy[0].random.set_state(self.numpy[1])
+
+
 @contextlib.contextmanager
 def kept_as_found():
     """Run the block; afterwards torch's global modes, mode stacks and namespaces are as they were before it."""
@@ -69,6 +87,7 @@ def kept_as_found():
                      torch.is_deterministic_algorithms_warn_only_enabled())
     function_modes, dispatch_modes = torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()
     namespaces = _snapshot_namespaces()
+    streams, threads, filters = _RandomState(), torch.get_num_threads(), list(warnings.filters)
     try:
         # an inference-mode guard of our own: leaving it resets the mode, whatever guard the code left alive
         with torch.inference_mode(torch.is_inference_mode_enabled()):
@@ -76,6 +95,11 @@ def kept_as_found():
     finally:
         _restore_namespaces(namespaces)
         _pop_modes(function_modes, dispatch_modes)
+        streams.put_back()
+        warnings.filters[:] = filters
+        warnings._filters_mutated()
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
         # each put back only when changed: use_deterministic_algorithms imports half of torch on its first call
         if torch.get_default_device() != device:
             torch.set_default_device(device)
@@ -88,3 +112,6 @@ def kept_as_found():
         if (torch.are_deterministic_algorithms_enabled(),
                 torch.is_deterministic_algorithms_warn_only_enabled()) != deterministic:
             torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+
+
+trust.record(__name__)  # last: every name above is defined (see .trust)

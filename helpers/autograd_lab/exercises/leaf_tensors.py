@@ -21,6 +21,7 @@ from collections.abc import Mapping
 import torch
 
 from ..graphmodel import node_name
+from . import trust
 from .answers import as_names, close, equal, is_unanswered
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
@@ -423,3 +424,6 @@ def check_make_weight(answer, *, trials: int = 5) -> Feedback:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return _check_factory(answer, trials)
+
+
+trust.record(__name__)  # last: every name above is defined (see .trust)

@@ -20,6 +20,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from . import trust
 from .feedback import wrong
 
 __all__ = ["PassLog", "pass_mistake", "record_passes", "thrown_away_mistake", "wide_pass_hint", "wide_pass_mistake"]
@@ -258,3 +259,6 @@ def wide_pass_mistake(setting: str, log, *, largest: int | None = None, loss_siz
         f"saved activations included, alive until that {kind}: the memory is the whole group's and "
         f"accumulation saves nothing. {wide_pass_hint(kind)}"
     )
+
+
+trust.record(__name__)  # last: every name above is defined (see .trust)

@@ -20,6 +20,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..measure import count_nodes
+from . import trust
 from .answers import as_int, as_number, close, is_unanswered, read_number
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
@@ -355,3 +356,6 @@ def check_vectorized_loss(answer) -> Feedback:
         f"same value and gradient as the loop for N = {', '.join(str(s) for s in sizes)}, with {large[0]} "
         f"graph nodes for any N (the loop needs {large[1]} for N = {large_n})."
     )
+
+
+trust.record(__name__)  # last: every name above is defined (see .trust)
