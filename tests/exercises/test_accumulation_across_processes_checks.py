@@ -23,15 +23,15 @@ def _is_wrong_with(fb, words):
 def test_expected_calls_follow_the_forward():
     placements = ["no_sync() but for the last", "without no_sync()", "no_sync() on backward only",
                   "every forward in no_sync()", "no_sync() but for the first"]
-    assert [ex06.expected_calls(4, p) for p in placements] == [1, 4, 4, 0, 1]
-    assert ex06.expected_calls(6, "no_sync() on backward only", buckets=3) == 18
-    assert ex06.expected_calls(5, "no_sync() but for the first", buckets=2) == 2
+    assert [ex06._expected_calls(4, p) for p in placements] == [1, 4, 4, 0, 1]
+    assert ex06._expected_calls(6, "no_sync() on backward only", buckets=3) == 18
+    assert ex06._expected_calls(5, "no_sync() but for the first", buckets=2) == 2
     with pytest.raises(ValueError, match="unknown placement"):
-        ex06.expected_calls(4, "sometimes")
+        ex06._expected_calls(4, "sometimes")
 
 
 def test_loss_divisor():
-    assert ex06.loss_divisor(4) == 4 and ex06.loss_divisor(2, 16) == 32
+    assert ex06._loss_divisor(4) == 4 and ex06._loss_divisor(2, 16) == 32
 
 
 # ---------------------------------------------------------------- exercise 1: backward only, k = 6, 3 buckets

@@ -42,7 +42,7 @@ def _wrong_with(fb, phrase):
 
 
 def test_the_freezing_snippet_matches_the_check_reference():
-    run = ex.frozen_run()
+    run = ex._frozen_run()
     assert run == {"0.weight": (True, False), "0.bias": (True, False), "2.weight": (True, True),
                    "2.bias": (False, False)}
 
@@ -50,7 +50,7 @@ def test_the_freezing_snippet_matches_the_check_reference():
 def test_the_silu_derivative_of_the_check_agrees_with_autograd():
     x = torch.linspace(-4, 4, 17, dtype=torch.float64, requires_grad=True)
     (auto,) = torch.autograd.grad(torch.nn.functional.silu(x).sum(), x)
-    torch.testing.assert_close(ex.silu_derivative(x.detach()), auto)
+    torch.testing.assert_close(ex._silu_derivative(x.detach()), auto)
 
 
 def test_the_prompts_show_the_snippets_the_checks_run():

@@ -47,11 +47,11 @@ def div_reference(a, b, g):
 
 
 def test_truths_used_here_are_what_the_checks_compute():
-    assert ch.reference_chain() == CHAIN and ch.reference_second_backward() == RAISES
-    a, b, g = ch.div_points(0)
+    assert ch._reference_chain() == CHAIN and ch._reference_second_backward() == RAISES
+    a, b, g = ch._div_points()
     assert (tuple(a.shape), tuple(b.shape)) == ch.DIV_SHAPES and a.shape != b.shape  # b is broadcast
     assert not torch.equal(g, torch.ones_like(g)) and (b > 0.4).all()
-    for mine, theirs in zip(div_reference(a, b, g), ch.reference_div_backward(a, b, g)):
+    for mine, theirs in zip(div_reference(a, b, g), ch._reference_div_backward(a, b, g)):
         assert torch.equal(mine, theirs)
 
 
@@ -132,18 +132,18 @@ def test_reference_chain_is_what_autograd_records():
     w = torch.tensor(0.5, requires_grad=True)
     x = torch.tensor([1.0, -2.0, 3.0])
     out = torch.sigmoid(w * x).sum() * 3
-    assert ch.reference_chain() == walk(out)
+    assert ch._reference_chain() == walk(out)
     assert base(walk(out)) == ["MulBackward", "SumBackward", "SigmoidBackward", "MulBackward", "AccumulateGrad"]
 
 
 def test_reference_chain_reads_the_one_graph_walk(monkeypatch):
     # naming has one home (graphmodel.node_name): renaming there renames the reference, so no second walk remains
     monkeypatch.setattr(graphmodel, "node_name", lambda fn: "None" if fn is None else "<" + type(fn).__name__ + ">")
-    assert ch.reference_chain() == ["<" + name + ">" for name in walk(ch.chain_expression()[0])]
+    assert ch._reference_chain() == ["<" + name + ">" for name in walk(ch.chain_expression()[0])]
 
 
 def test_check_chain():
-    right = ch.reference_chain()
+    right = ch._reference_chain()
     assert ch.check_chain(right).passed
     assert ch.check_chain(base(right)).passed  # digits may be left out
     assert ch.check_chain(tuple(right)).passed
@@ -222,7 +222,7 @@ def test_div_backward_right_written_differently(fn):
     "answer, status, phrase",
     [
         (..., "unanswered", "your function div_backward"),
-        (right_div(*ch.div_points(0)), "malformed", "give the function itself"),
+        (right_div(*ch._div_points()), "malformed", "give the function itself"),
         (lambda a, b: (a, b), "malformed", "must take 3 arguments"),
         (lambda a, b, g: (g / b,), "malformed", "must return two tensors"),
         (lambda a, b, g: None, "malformed", "must return two tensors"),
@@ -246,7 +246,7 @@ def test_div_backward_leaves_grad_mode_and_dtype_as_found():
 
 
 def test_div_backward_is_checked_on_a_second_draw():
-    first = ch.div_points(0)
+    first = ch._div_points()
 
     def only_the_first(a, b, g):  # right on the first draw only, as an answer copied from printed numbers would be
         return right_div(*first)
@@ -321,12 +321,12 @@ def raises_twice(make):
 
 def test_reference_second_backward_matches_running_it():
     truth = {k: raises_twice(f) for k, f in SECOND.items()}
-    assert ch.reference_second_backward() == truth
+    assert ch._reference_second_backward() == truth
     assert truth == RAISES  # the notebook's worked solution
 
 
 def test_check_second_backward():
-    truth = ch.reference_second_backward()
+    truth = ch._reference_second_backward()
     assert ch.check_second_backward(dict(truth)).passed
     assert ch.check_second_backward(...).status == "unanswered"
     assert ch.check_second_backward([True, False, True, False]).status == "malformed"

@@ -46,9 +46,9 @@ TRUTH = {"A": "not recorded", "B": "recorded", "C": "raises", "D": "not recorded
 
 
 def test_the_snippets_references_are_what_running_them_gives():
-    tensors = lt.run_snippet(lt.LEAVES_SNIPPET)
+    tensors = lt._run_snippet(lt.LEAVES_SNIPPET)
     assert {n for n, t in tensors.items() if t.is_leaf} == {"w", "x", "v", "s"}
-    assert {k: outcome(f) for k, f in RECORDING.items()} == TRUTH == lt.reference_recording()
+    assert {k: outcome(f) for k, f in RECORDING.items()} == TRUTH == lt._reference_recording()
     assert set(TRUTH.values()) == set(lt.OUTCOMES)  # every outcome of the decision table is asked for
 
 

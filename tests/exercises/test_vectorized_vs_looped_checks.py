@@ -33,7 +33,7 @@ def loop_loss(model, x, y):
     return torch.stack(per_sample).mean()
 
 
-def scalar_model():
+def _scalar_model():
     model = nn.Linear(1, 1, bias=False)
     nn.init.ones_(model.weight)
     return model
@@ -61,12 +61,12 @@ def test_notebook_loops_match_the_exercise_references():
     exec(_notebook_cell("ex2-loop"), namespace)
     x = torch.randn(11, 1)
     for fn in ("looped_loss",):
-        assert lab.count_nodes(namespace[fn](vl.scalar_model(), x, x[:, 0])) == lab.count_nodes(
-            vl.reference_looped_loss(vl.scalar_model(), x, x[:, 0])
+        assert lab.count_nodes(namespace[fn](vl._scalar_model(), x, x[:, 0])) == lab.count_nodes(
+            vl._reference_looped_loss(vl._scalar_model(), x, x[:, 0])
         )
     w, xs, y, v = torch.randn(3), torch.randn(8, 3), torch.randn(8), torch.rand(8)
     notebook_value = namespace["weighted_loss_loop"](w, xs, y, v)
-    torch.testing.assert_close(notebook_value, vl.reference_weighted_loss_loop(w, xs, y, v))
+    torch.testing.assert_close(notebook_value, vl._reference_weighted_loss_loop(w, xs, y, v))
 
 
 CHECKS = {"looped_nodes": vl.check_looped_nodes, "vectorized": vl.check_vectorized_loss}
@@ -133,8 +133,8 @@ def test_looped_nodes_takes_n_as_numpy_or_tensor():
 
 def test_ex1_reference_is_the_loop_tested_here():
     x = torch.randn(9, 1)
-    assert lab.count_nodes(vl.reference_looped_loss(vl.scalar_model(), x, x[:, 0])) == lab.count_nodes(
-        loop_loss(scalar_model(), x, x[:, 0])
+    assert lab.count_nodes(vl._reference_looped_loss(vl._scalar_model(), x, x[:, 0])) == lab.count_nodes(
+        loop_loss(_scalar_model(), x, x[:, 0])
     )
 
 
@@ -158,7 +158,7 @@ def test_ex1_each_slip_gets_its_hint():
         vectorized: "does not depend on N",
         per_sample * 50: "not the nodes all samples share",
         (per_sample + 2) * 50 + shared - 2: "shared by every path",
-        _counts(50, scalar_model): "without the bias",
+        _counts(50, _scalar_model): "without the bias",
         _counts(2): "the count for N = 2",
         per_sample * 50 + shared + 1: "off by one",
         # one less than the truth is also the count without the bias: that hint comes first (above)
@@ -245,7 +245,7 @@ def raises(err):
         (lambda w, x, y, v: (v * (x @ w - y) ** 2).sum(), "forgot the final division"),
         (lambda w, x, y, v: ((x @ w - y) ** 2).mean(), "ignores the weights"),
         (lambda w, x, y, v: (v**2 * (x @ w - y) ** 2).sum() / v.sum(), "yours is squared too"),
-        (vl.reference_weighted_loss_loop, "graph grows with N"),
+        (vl._reference_weighted_loss_loop, "graph grows with N"),
         (lambda w, x, y, v: torch.stack([v[k] * (x[k] @ w - y[k]) ** 2 for k in range(len(y))]).sum() / v.sum(),
          "graph grows with N"),
         (loop_over_the_weights, "still works once per sample"),
@@ -303,7 +303,7 @@ def test_ex2_reference_equals_the_loop_and_the_solution():
     gen = torch.Generator().manual_seed(5)
     w, x = torch.randn(3, generator=gen), torch.randn(6, 3, generator=gen)
     y, weights = torch.randn(6, generator=gen), torch.rand(6, generator=gen)
-    torch.testing.assert_close(vl.reference_weighted_loss_loop(w, x, y, weights), solution(w, x, y, weights))
+    torch.testing.assert_close(vl._reference_weighted_loss_loop(w, x, y, weights), solution(w, x, y, weights))
 
 
 def test_ex2_right_answer_passes():
@@ -322,7 +322,7 @@ def test_ex2_right_answer_passes():
         (lambda w, x, y, v: ((x @ w - y) ** 2).sum() / v.sum(), "multiplied by its own weight"),
         (lambda w, x, y, v: (v * (x @ w - y)).sum() / v.sum(), "squared before it is weighted"),
         (lambda w, x, y, v: (v * (x @ w - y) ** 3).sum() / v.sum(), "match it term by term"),
-        (vl.reference_weighted_loss_loop, "graph grows with N"),
+        (vl._reference_weighted_loss_loop, "graph grows with N"),
         (lambda w, x, y, v: v * (x @ w - y) ** 2 / v.sum(), "one number"),
         (lambda w, x, y, v: torch.tensor(solution(w, x, y, v).item()), "no grad_fn"),
         (lambda w, x, y, v: solution(w.detach(), x, y, v) + 0 * w.sum(), "different gradient"),

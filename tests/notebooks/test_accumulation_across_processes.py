@@ -98,7 +98,7 @@ def test_the_forward_decides_the_all_reduce_count_and_each_call_is_the_whole_gra
     counts = {}
     for rank in run.ranks:
         for r in rank["placements"]:
-            assert len(r["calls"]) == ex.expected_calls(r["k"], r["placement"]), (r["placement"], r["k"])
+            assert len(r["calls"]) == ex._expected_calls(r["k"], r["placement"]), (r["placement"], r["k"])
             assert r["calls"] == [grad_bytes] * len(r["calls"])  # one bucket: the whole gradient
             counts[r["placement"], r["k"]] = len(r["calls"])
     assert counts == {("no_sync() but for the last", 2): 1, ("no_sync() but for the last", 4): 1,
@@ -247,7 +247,7 @@ def cases(tmp_path_factory):
 def test_exercise_1_backward_only_makes_k_times_buckets_calls(cases):
     for rank in cases.ranks:
         assert rank["exercise 1"]["first update"] == 1  # one bucket in update 0, whatever the cap
-        assert rank["exercise 1"]["calls"] == ex.expected_calls(6, "no_sync() on backward only", 3) == 6 * 3
+        assert rank["exercise 1"]["calls"] == ex._expected_calls(6, "no_sync() on backward only", 3) == 6 * 3
         # as the very first update: the first backward has one bucket, the next forward rebuilds the 3
         assert rank["exercise 1"]["first loop"] == 1 + 5 * 3
     assert ex.check_backward_only_count(cases.ranks[0]["exercise 1"]["calls"]).passed
@@ -260,7 +260,7 @@ def test_exercise_2_syncing_at_the_first_micro_batch_makes_one_call_per_bucket_a
     calls = {rank["exercise 2"]["calls"] for rank in cases.ranks}
     grads = [torch.tensor(rank["exercise 2"]["grad"]) for rank in cases.ranks]
     agree = all(torch.allclose(g, grads[0]) for g in grads[1:])
-    assert calls == {ex.expected_calls(5, "no_sync() but for the first", 2)} == {2} and not agree
+    assert calls == {ex._expected_calls(5, "no_sync() but for the first", 2)} == {2} and not agree
     assert ex.check_first_sync((calls.pop(), agree)).passed
     assert {rank["exercise 2"]["first loop"] for rank in cases.ranks} == {1}  # the first update: one bucket
     assert "very first update" in ex.check_first_sync((1, False)).message
@@ -282,9 +282,9 @@ def test_exercise_3_and_the_rule_divide_by_k_at_four_ranks(cases):
     """4 ranks, k = 2 micro-batches of 16: a summed loss / (k x 16), a mean loss / k give the full-batch mean."""
     full = _full_batch_mean_gradient(4 * 2 * 16)
     got = {name: torch.tensor(g) for name, g in cases.ranks[0]["divisors"].items()}
-    right = ex.loss_divisor(2, 16)
+    right = ex._loss_divisor(2, 16)
     torch.testing.assert_close(got[f"sum / {right}"], full, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(got[f"mean / {ex.loss_divisor(2)}"], full, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(got[f"mean / {ex._loss_divisor(2)}"], full, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(got["mean / 8"], full / 4, rtol=1e-4, atol=1e-6)  # world x k: 1 / world too small
     torch.testing.assert_close(got["sum / 2"], full * 16, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(got["sum / 128"], full / 4, rtol=1e-4, atol=1e-6)

@@ -27,7 +27,7 @@ def loop_loss(model, x, y):
     return torch.stack(per_sample).mean()
 
 
-def scalar_model():
+def _scalar_model():
     model = nn.Linear(1, 1, bias=False)
     nn.init.ones_(model.weight)
     return model
@@ -51,7 +51,7 @@ def data():
 def test_seed_examples_give_the_seed_values_and_equal_gradients():
     x = torch.tensor([[4.0], [2.0]])
     y = 2 * x.squeeze(1)
-    m1, m2 = scalar_model(), scalar_model()
+    m1, m2 = _scalar_model(), _scalar_model()
     assert m1.weight.grad is None and m2.weight.grad is None
     errors = (y - m1(x).squeeze(1)) ** 2
     assert errors.tolist() == [16.0, 4.0] and type(errors.grad_fn).__name__ == "PowBackward0"
@@ -73,7 +73,7 @@ def test_mlp_gradients_equal(mlp, data):
 
 @pytest.mark.parametrize("model_kind", ["scalar", "mlp"])
 def test_looped_graph_grows_linearly_vectorized_stays_constant(model_kind, mlp, data):
-    model, features = (scalar_model(), 1) if model_kind == "scalar" else (mlp, 16)
+    model, features = (_scalar_model(), 1) if model_kind == "scalar" else (mlp, 16)
     x, y = data[0][:, :features], data[1]
     looped = {n: lab.count_nodes(loop_loss(model, x[:n], y[:n])) for n in (1, 2, 37, 1000)}
     vectorized = {n: lab.count_nodes(mean_loss(model, x[:n], y[:n])) for n in (1, 2, 37, 1000)}
@@ -85,8 +85,8 @@ def test_looped_graph_grows_linearly_vectorized_stays_constant(model_kind, mlp, 
 
 def test_scalar_loop_per_sample_path_is_one_chain_and_shared_nodes_are_mean_stack_leaf():
     x = torch.tensor([[4.0], [2.0]])
-    names_1 = [node_name(n) for n in lab.graph_nodes(loop_loss(scalar_model(), x[:1], 2 * x[:1, 0]))]
-    names_2 = [node_name(n) for n in lab.graph_nodes(loop_loss(scalar_model(), x, 2 * x[:, 0]))]
+    names_1 = [node_name(n) for n in lab.graph_nodes(loop_loss(_scalar_model(), x[:1], 2 * x[:1, 0]))]
+    names_2 = [node_name(n) for n in lab.graph_nodes(loop_loss(_scalar_model(), x, 2 * x[:, 0]))]
     shared = {"MeanBackward0", "StackBackward0", "AccumulateGrad"}
     assert shared <= set(names_1) and names_1.count("AccumulateGrad") == names_2.count("AccumulateGrad") == 1
     assert len(names_2) - len(names_1) == len(names_1) - len(shared)
@@ -177,7 +177,7 @@ def _ops(loss_fn, model, x, y):
 
 
 MODELS = {
-    "scalar": (scalar_model, 1),
+    "scalar": (_scalar_model, 1),
     "mlp 16-64-1": (lambda: nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 1)), 16),
     "mlp without bias": (lambda: nn.Sequential(nn.Linear(8, 16, bias=False), nn.Tanh(),
                                                nn.Linear(16, 1, bias=False)), 8),

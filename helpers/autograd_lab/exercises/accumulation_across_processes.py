@@ -16,8 +16,7 @@ from . import trust
 from .answers import as_int, close, is_unanswered, read_number
 from .feedback import Feedback, correct, malformed, never_raises, unanswered, wrong
 
-__all__ = ["check_backward_only_count", "check_first_sync", "check_loss_divisor", "expected_calls",
-           "loss_divisor"]
+__all__ = ["check_backward_only_count", "check_first_sync", "check_loss_divisor", "_loss_divisor"]
 
 # The placements of no_sync() in the notebook's script, and the slip of exercise 2: for micro-batch i of k,
 # (is its forward inside no_sync()?, is its backward?).
@@ -30,7 +29,7 @@ PLACEMENTS = {
 }
 
 
-def expected_calls(k: int, placement: str, buckets: int = 1) -> int:
+def _expected_calls(k: int, placement: str, buckets: int = 1) -> int:
     """All-reduce calls per update on one rank for ``k`` micro-batches, by where ``no_sync()`` sits.
 
     The forward decides: a micro-batch synchronizes exactly when its forward ran outside ``no_sync()``,
@@ -41,7 +40,7 @@ def expected_calls(k: int, placement: str, buckets: int = 1) -> int:
     return buckets * sum(not PLACEMENTS[placement](i, k)[0] for i in range(k))
 
 
-def loss_divisor(k: int, micro_batch: int | None = None) -> int:
+def _loss_divisor(k: int, micro_batch: int | None = None) -> int:
     """What each micro-batch loss is divided by under DDP's averaging: ``k`` for a mean loss, and
     ``k * micro_batch`` for a loss summed over ``micro_batch`` samples (equal micro-batches)."""
     return k if micro_batch is None else k * micro_batch
@@ -64,7 +63,7 @@ def check_backward_only_count(answer, k: int = 6, buckets: int = 3) -> Feedback:
                                  whole=True)
     if problem is not None:
         return problem
-    right = expected_calls(k, "no_sync() on backward only", buckets)
+    right = _expected_calls(k, "no_sync() on backward only", buckets)
     if count == right:
         return correct(f"{right} = {k} x {buckets}: DDP decides during the forward pass whether the coming backward "
                        "synchronizes. Every forward here ran outside no_sync(), so every backward all-reduced, once "
@@ -100,7 +99,7 @@ def check_first_sync(answer, k: int = 5, buckets: int = 2) -> Feedback:
     calls, agree = as_int(answer[0]), _as_bool(answer[1])
     if calls is None or agree is None:
         return malformed("the pair holds a whole number and a bool, e.g. (3, True).")
-    right = expected_calls(k, "no_sync() but for the first", buckets)
+    right = _expected_calls(k, "no_sync() but for the first", buckets)
     if calls == right and agree is False:
         return correct(f"{right} calls, one per bucket, as in a right no_sync() loop -- but at the first "
                        "micro-batch. They average only that micro-batch's gradient; the other "
@@ -126,7 +125,7 @@ def check_loss_divisor(answer, world: int = 4, k: int = 2, micro_batch: int = 16
         return problem
     if not math.isfinite(value):
         return malformed(f"give a finite number such as 3, not {value}.")
-    right = loss_divisor(k, micro_batch)
+    right = _loss_divisor(k, micro_batch)
     if close(value, right):
         return correct(f"divide by k x {micro_batch} = {right}: the {k} summed losses on a rank add up to the sum "
                        f"over its {right} samples, dividing by {right} makes that the rank's mean, and DDP's "

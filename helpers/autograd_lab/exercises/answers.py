@@ -19,11 +19,42 @@ import torch
 from . import trust
 from .feedback import Feedback, malformed, unanswered
 
-__all__ = ["as_int", "as_names", "as_number", "close", "equal", "is_unanswered", "read_function", "read_number"]
+__all__ = [
+    "as_int",
+    "as_names",
+    "as_number",
+    "close",
+    "equal",
+    "is_unanswered",
+    "plain",
+    "read_function",
+    "read_number",
+]
 
 # Bound when the checker is imported: a learner's code that replaces torch.allclose (or torch.equal) while a check
 # runs cannot change how the check compares. (``isolation.kept_as_found`` puts the originals back afterwards.)
 _allclose, _equal, _isfinite, _as_tensor = torch.allclose, torch.equal, torch.isfinite, torch.as_tensor
+
+
+_Tensor, _no_subclass_functions = torch.Tensor, torch._C.DisableTorchFunctionSubclass
+_tensor_clone, _as_subclass = torch._C.TensorBase.clone, torch._C.TensorBase.as_subclass
+_DEFAULT_DISPATCH = torch.Tensor.__torch_dispatch__  # a tensor class that does not intercept dispatch
+
+
+def plain(value) -> torch.Tensor | None:
+    """A tensor the learner's code produced, as a plain ``torch.Tensor`` of its own: detached, its values copied,
+    any subclass stripped (so its ``__torch_function__`` cannot answer the comparisons that judge it). None for
+    what has no plain values to copy: not a tensor, or a subclass that computes its values in
+    ``__torch_dispatch__`` (a wrapper around something else)."""
+    if not isinstance(value, _Tensor):
+        return None
+    kind = type(value)
+    if kind is not _Tensor and getattr(kind, "__torch_dispatch__", _DEFAULT_DISPATCH) is not _DEFAULT_DISPATCH:
+        return None
+    with _no_subclass_functions():
+        base = _as_subclass(value, _Tensor)
+        out = _tensor_clone(base.detach())
+    return out if type(out) is _Tensor else None
 
 
 def is_unanswered(answer) -> bool:

@@ -17,19 +17,10 @@ from collections.abc import Mapping
 import torch
 
 from . import trust
-from .answers import as_names, close, is_unanswered, read_number
+from .answers import as_names, close, is_unanswered, plain, read_number
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
-__all__ = [
-    "FREEZE_SNIPPET",
-    "HOOK_SNIPPET",
-    "check_frozen_grads",
-    "check_hook_grad",
-    "check_silu_backward",
-    "frozen_run",
-    "hook_run",
-    "silu_derivative",
-]
+__all__ = ["FREEZE_SNIPPET", "HOOK_SNIPPET", "check_frozen_grads", "check_hook_grad", "check_silu_backward"]
 
 HOOK_SNIPPET = """\
 x = torch.tensor(3.0, requires_grad=True)
@@ -59,7 +50,7 @@ def _run(snippet: str) -> dict:
 # ---------------------------------------------------------------- exercise 1: a hook that doubles the gradient
 
 
-def hook_run(*, hook: bool = True, direct_path: bool = True, hook_twice: bool = False) -> dict:
+def _hook_run(*, hook: bool = True, direct_path: bool = True, hook_twice: bool = False) -> dict:
     """Run ``HOOK_SNIPPET`` (optionally without its hook line or its direct ``+ x`` path, or with the hook
     registered twice); its names.
 
@@ -78,16 +69,16 @@ def hook_run(*, hook: bool = True, direct_path: bool = True, hook_twice: bool = 
 
 def _hook_slips(right: float) -> list:
     """(value, hint) for the usual slips, each value computed by running a variant of the snippet."""
-    unhooked = hook_run(hook=False)
+    unhooked = _hook_run(hook=False)
     plain, before_hook = float(unhooked["x"].grad), float(unhooked["y"].grad)
-    run = hook_run()
+    run = _hook_run()
     after_hook = float(run["y"].grad)
     return [
         (plain, f"{plain:g} is x.grad without the hook. The hook's return value replaces the gradient flowing into "
                 "y, and that doubled gradient is what travels on from y to x."),
         (2 * plain, f"{2 * plain:g} doubles all of x.grad. The hook sits on y: it doubles only what flows through y; "
                     "the direct path `+ x` brings its 1 to x.grad undoubled."),
-        (float(hook_run(direct_path=False)["x"].grad),
+        (float(_hook_run(direct_path=False)["x"].grad),
          "the hook part is right, but x also reaches z directly through `+ x`, which adds its own 1 to x.grad."),
         (plain - 1, "that leaves out both the hook (it doubles the gradient through y) and the direct path `+ x`."),
         (after_hook, f"{after_hook:g} is the gradient at y after the hook. Backward goes on to x: multiply by "
@@ -95,7 +86,7 @@ def _hook_slips(right: float) -> list:
         (before_hook, "that is dz/dy, the gradient reaching y before the hook. The hook doubles it, then "
                          "backward goes on to x (times dy/dx = 2x, plus the direct path)."),
         (float(run["z"].detach()), "that is the value of z; x.grad holds dz/dx, with the hook's change applied."),
-        (float(hook_run(hook_twice=True)["x"].grad),
+        (float(_hook_run(hook_twice=True)["x"].grad),
          "that doubles the gradient through y twice. The hook runs once, on the gradient arriving at y; the 2 in "
          "dy/dx = 2x is the chain rule's, not a second doubling."),
         (2 * right, f"{2 * right:g} is twice the answer: the hook doubles only what flows through y, once, and the "
@@ -111,10 +102,10 @@ def check_hook_grad(answer) -> Feedback:
         return problem
     if not math.isfinite(value):
         return malformed(f"give a finite number, not {value}.")
-    run = hook_run()
+    run = _hook_run()
     right = float(run["x"].grad)
     if close(value, right):
-        through_y = float(hook_run(direct_path=False)["x"].grad)
+        through_y = float(_hook_run(direct_path=False)["x"].grad)
         return correct(f"x.grad = {right:g}. The hook hands on {float(run['y'].grad):g} (twice dz/dy) from y, the "
                        f"chain rule turns it into {through_y:g} at x, and the direct path `+ x` adds "
                        f"{right - through_y:g}.")
@@ -128,7 +119,7 @@ def check_hook_grad(answer) -> Feedback:
 # ---------------------------------------------------------------- exercise 2: which parameters get .grad?
 
 
-def frozen_run() -> dict:
+def _frozen_run() -> dict:
     """Run ``FREEZE_SNIPPET``: {parameter name: (requires_grad, whether .grad is a tensor)}."""
     model = _run(FREEZE_SNIPPET)["model"]
     return {name: (p.requires_grad, p.grad is not None) for name, p in model.named_parameters()}
@@ -169,7 +160,7 @@ def check_frozen_grads(answer) -> Feedback:
     items = None if isinstance(answer, Mapping) else as_names(answer)
     if items is None or not all(isinstance(a, str) for a in items):
         return malformed(f"expected {form}; got {type(answer).__name__}.")
-    run = frozen_run()
+    run = _frozen_run()
     names = list(run)
     chosen = {a.strip() for a in items}
     unknown = sorted(chosen - set(names))
@@ -193,7 +184,7 @@ def check_frozen_grads(answer) -> Feedback:
 # ---------------------------------------------------------------- exercise 3: the backward of x * sigmoid(x)
 
 
-def silu_derivative(x: torch.Tensor) -> torch.Tensor:
+def _silu_derivative(x: torch.Tensor) -> torch.Tensor:
     """d/dx [x * sigmoid(x)] = sigmoid(x) + x * sigmoid(x) * (1 - sigmoid(x)), written out."""
     s = torch.sigmoid(x)
     return s + x * s * (1 - s)
@@ -203,7 +194,7 @@ def _silu_slips(x, g) -> list:
     """(gradient, hint) for the usual slips in a backward, computed at the check's points."""
     s = torch.sigmoid(x)
     return [
-        (silu_derivative(x), "your gradient ignores grad_output. backward receives dL/dy and must return dL/dx: "
+        (_silu_derivative(x), "your gradient ignores grad_output. backward receives dL/dy and must return dL/dx: "
                              "multiply the local derivative by grad_output (the chain rule)."),
         (g * s, "that is sigmoid(x) alone: x * sigmoid(x) is a product, so the product rule adds "
                 "x * sigmoid'(x), with sigmoid'(x) = sigmoid(x) * (1 - sigmoid(x))."),
@@ -211,16 +202,20 @@ def _silu_slips(x, g) -> list:
                               "derivative of the x factor."),
         (g * s * (1 - s), "that is the derivative of sigmoid(x) alone; the function here is x * sigmoid(x)."),
         (g * (s + x * (1 - s)), "sigmoid'(x) is sigmoid(x) * (1 - sigmoid(x)): a factor sigmoid(x) is missing."),
-        (-g * silu_derivative(x), "right size, wrong sign: x * sigmoid(x) grows where the derivative is positive."),
+        (-g * _silu_derivative(x), "right size, wrong sign: x * sigmoid(x) grows where the derivative is positive."),
         (g, "backward must multiply grad_output by the derivative of the function; returning grad_output unchanged "
             "treats the function as y = x."),
     ]
 
 
 def _silu_points():
-    x = torch.linspace(-3.0, 3.0, 6, dtype=torch.float64)  # avoids 0, where some slips coincide
-    g = torch.linspace(0.5, 2.0, 6, dtype=torch.float64)  # a grad_output that is not all ones
-    return x, g
+    """x in [-3, -0.3] or [0.3, 3] (near 0 some slips coincide) and a grad_output in [0.5, 2], drawn afresh for
+    every call of the check: no backward can be fitted to them."""
+    gen = trust.fresh_generator()
+    size = torch.rand(6, generator=gen, dtype=torch.float64) * 2.7 + 0.3
+    sign = torch.tensor([-1.0, 1.0, -1.0, 1.0, -1.0, 1.0], dtype=torch.float64)
+    g = torch.rand(6, generator=gen, dtype=torch.float64) * 1.5 + 0.5
+    return size * sign, g
 
 
 def _silu_form(answer) -> Feedback | None:
@@ -247,15 +242,15 @@ def _silu_gradient(answer, x, g):
         return None, wrong(f"SiLU.apply(x) returned a tensor made by {made_by}, not by your Function (its node is "
                            f"{answer.__name__}Backward), so your backward never ran. Leave apply as "
                            "torch.autograd.Function defines it, and write the derivative in backward.")
-    try:
-        (gx,) = torch.autograd.grad(y, x, g, allow_unused=True)
+    try:  # backward gets a copy of grad_output: changing it in place cannot move what the check compares with
+        (gx,) = torch.autograd.grad(y, x, g.clone(), allow_unused=True)
     except Exception as err:  # noqa: BLE001 -- the learner's backward
         return None, wrong(f"backward raised {describe_error(err)}. It receives grad_output (shaped like the output) "
                            "and returns one gradient shaped like x.")
     if gx is None:
         return None, wrong("your backward returns None: return the gradient with respect to x, "
                            "grad_output times the derivative of x * sigmoid(x).")
-    return gx, None
+    return plain(gx), None
 
 
 @never_raises
@@ -270,7 +265,7 @@ def check_silu_backward(answer) -> Feedback:
     gx, problem = _silu_gradient(answer, x, g)
     if problem is not None:
         return problem
-    right = g * silu_derivative(x)
+    right = g * _silu_derivative(x)
     if close(gx, right):
         return correct("your backward returns grad_output * (sigmoid(x) + x * sigmoid(x) * (1 - sigmoid(x))): "
                        "the chain rule times the product rule. torch.autograd.gradcheck would agree.")

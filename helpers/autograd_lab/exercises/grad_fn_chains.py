@@ -17,19 +17,15 @@ import torch
 
 from ..graphmodel import walk
 from . import trust
-from .answers import as_names, as_number, close, is_unanswered, read_function
+from .answers import as_names, as_number, close, is_unanswered, plain, read_function
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = [
     "chain_expression",
-    "reference_chain",
     "check_chain",
     "DIV_SHAPES",
-    "div_points",
-    "reference_div_backward",
     "check_div_backward",
     "SECOND_BACKWARD",
-    "reference_second_backward",
     "check_second_backward",
 ]
 
@@ -44,13 +40,13 @@ def chain_expression():
     return out, w
 
 
-def reference_chain() -> list[str]:
+def _reference_chain() -> list[str]:
     """The node names met walking from ``out.grad_fn`` to the leaf, following the input that needs a gradient.
 
     Read off the course's one graph walk (:func:`autograd_lab.graphmodel.walk`), which also names the nodes.
     """
     out, _ = chain_expression()
-    graph = walk(out, what="reference_chain")
+    graph = walk(out, what="_reference_chain")
     names, i = [], graph.output_nodes[0]
     while i is not None:
         node = graph.nodes[i]
@@ -145,7 +141,7 @@ def check_chain(answer) -> Feedback:
     if other_leaf is not None:
         return wrong(f"the chain ends at the node of the leaf that asked for a gradient, `w`; you wrote "
                      f"AccumulateGrad({other_leaf}). `x` was made without `requires_grad=True` and gets no node.")
-    expected = reference_chain()
+    expected = _reference_chain()
     given = [_base(a) for a in items]
     want = [_base(e) for e in expected]
     if given == want:
@@ -179,16 +175,16 @@ def check_chain(answer) -> Feedback:
 DIV_SHAPES = ((2, 3), (3,))  # a, and b: broadcast over a's rows
 
 
-def div_points(draw: int = 0):
-    """(a, b, grad_out) for one draw of the check: b kept away from 0, grad_out not all ones."""
-    gen = torch.Generator().manual_seed(1000 + draw)
+def _div_points():
+    """(a, b, grad_out) drawn afresh for each call of the check: b kept away from 0, grad_out not all ones."""
+    gen = trust.fresh_generator()
     a = torch.randn(*DIV_SHAPES[0], generator=gen, dtype=torch.float64)
     b = torch.rand(*DIV_SHAPES[1], generator=gen, dtype=torch.float64) + 0.5
     g = torch.randn(*DIV_SHAPES[0], generator=gen, dtype=torch.float64)
     return a, b, g
 
 
-def reference_div_backward(a, b, grad_out):
+def _reference_div_backward(a, b, grad_out):
     """What backward leaves in a.grad and b.grad for out = a / b, d loss / d out = grad_out (by autograd)."""
     a, b = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
     with torch.enable_grad():
@@ -249,12 +245,15 @@ def _call_div_backward(fn, a, b, g):
     finally:
         torch.set_grad_enabled(mode)
         torch.set_default_dtype(dtype)
-    if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
+    items = list(out)[:3] if isinstance(out, (tuple, list)) else []
+    if len(items) != 2 or not all(isinstance(t, torch.Tensor) for t in items):
         return None, malformed("div_backward must return two tensors, `return grad_a, grad_b`; got "
                                f"{type(out).__name__}.")
-    if any(t.is_sparse or t.is_meta or t.is_complex() for t in out):
-        return None, malformed("return ordinary real tensors, computed from a, b and grad_out.")
-    return tuple(t.detach().to(torch.float64) for t in out), None
+    got = [plain(t) for t in items]  # judged by their values alone: a subclass cannot answer the comparisons
+    if any(t is None or t.is_sparse or t.is_meta or t.is_complex() for t in got):
+        return None, malformed("return ordinary real tensors (torch.Tensor, no subclass), computed from a, b and "
+                               "grad_out.")
+    return tuple(t.to(torch.float64) for t in got), None
 
 
 def _same(t: torch.Tensor, value: torch.Tensor) -> bool:
@@ -263,7 +262,7 @@ def _same(t: torch.Tensor, value: torch.Tensor) -> bool:
 
 def _div_mistake(got, a, b, g) -> str | None:
     """The hint for the first mistake in (grad_a, grad_b), or None when both match autograd."""
-    want = reference_div_backward(a, b, g)
+    want = _reference_div_backward(a, b, g)
     if all(_same(t, w) for t, w in zip(got, want)):
         return None
     for name, t in zip(("grad_a", "grad_b"), got):
@@ -289,14 +288,15 @@ def _div_mistake(got, a, b, g) -> str | None:
 def check_div_backward(answer) -> Feedback:
     """Exercise 2: ``div_backward(a, b, grad_out) -> (grad_a, grad_b)`` for out = a / b, b broadcast over a's rows.
 
-    Compared with ``torch.autograd.grad`` on two random draws (float64; a of shape (2, 3), b of shape (3,)).
+    Compared with ``torch.autograd.grad`` on two random draws (float64; a of shape (2, 3), b of shape (3,)), new
+    for every call; the function gets copies, so changing them in place moves nothing the check compares with.
     """
     problem = read_function(answer, "your function div_backward (its name, without parentheses)",
                             "div_backward(a, b, grad_out) returning (grad_a, grad_b)", 3)
     if problem is not None:
         return problem
-    for draw in range(2):
-        a, b, g = div_points(draw)
+    for _ in range(2):
+        a, b, g = _div_points()
         got, problem = _call_div_backward(answer, a, b, g)
         if problem is not None:
             return problem
@@ -350,7 +350,7 @@ def _second_backward_raises(source: str) -> bool:
     return False
 
 
-def reference_second_backward() -> dict[str, bool]:
+def _reference_second_backward() -> dict[str, bool]:
     """For each expression of exercise 3: does a second ``.backward()`` raise? (run, not typed in)"""
     return {key: _second_backward_raises(src) for key, src in SECOND_BACKWARD.items()}
 
@@ -414,7 +414,7 @@ def check_second_backward(answer) -> Feedback:
     verdicts, problem = _verdicts(answer, keys, form)
     if problem is not None:
         return problem
-    truth = reference_second_backward()
+    truth = _reference_second_backward()
     off = [k for k in keys if verdicts[k] != truth[k]]
     if not off:
         return correct(

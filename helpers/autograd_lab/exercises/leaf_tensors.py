@@ -25,16 +25,7 @@ from . import trust
 from .answers import as_names, close, equal, is_unanswered
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
-__all__ = [
-    "LEAVES_SNIPPET",
-    "OUTCOMES",
-    "RECORDING",
-    "check_leaves",
-    "check_make_weight",
-    "check_recording",
-    "reference_recording",
-    "run_snippet",
-]
+__all__ = ["LEAVES_SNIPPET", "OUTCOMES", "RECORDING", "check_leaves", "check_make_weight", "check_recording"]
 
 LEAVES_SNIPPET = """\
 w = torch.randn(3, requires_grad=True)
@@ -44,7 +35,7 @@ loss = h.sum()
 v = w.detach()
 s = x * 2"""
 
-def run_snippet(snippet: str) -> dict:
+def _run_snippet(snippet: str) -> dict:
     """Run a snippet in a fresh namespace (with ``torch``) and return its tensors by name."""
     namespace: dict = {"torch": torch}
     exec(snippet, namespace)  # the snippets are this module's own constants
@@ -112,7 +103,7 @@ def check_leaves(answer) -> Feedback:
     chosen, problem = _leaves_form(answer)
     if problem is not None:
         return problem
-    tensors = run_snippet(LEAVES_SNIPPET)
+    tensors = _run_snippet(LEAVES_SNIPPET)
     names = list(tensors)
     unknown = sorted(chosen - set(names))
     if unknown:
@@ -200,7 +191,7 @@ def _recording_outcome(source: str) -> str:
     return "recorded"
 
 
-def reference_recording() -> dict[str, str]:
+def _reference_recording() -> dict[str, str]:
     """For each result of exercise 2, its outcome in the decision table (run, not typed in)."""
     return {key: _recording_outcome(src) for key, src in RECORDING.items()}
 
@@ -243,7 +234,7 @@ def check_recording(answer) -> Feedback:
     if unclear:
         return malformed(f"{', '.join(unclear)}: each value must be one of \"recorded\", \"not recorded\" or "
                          f"\"raises\"; got {given[unclear[0]]!r:.40}.")
-    truth = reference_recording()
+    truth = _reference_recording()
     off = [k for k in keys if verdicts[k] != truth[k]]
     if not off:
         return correct("every one placed right. " + " ".join(f"{k}: {_RECORDING_WHY[k]}" for k in keys))

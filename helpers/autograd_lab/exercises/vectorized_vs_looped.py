@@ -24,20 +24,13 @@ from . import trust
 from .answers import as_int, as_number, close, is_unanswered, read_number
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
-__all__ = [
-    "check_looped_nodes",
-    "check_vectorized_loss",
-    "reference_looped_loss",
-    "reference_weighted_loss_loop",
-    "scalar_model",
-    "with_bias_model",
-]
+__all__ = ["check_looped_nodes", "check_vectorized_loss"]
 
 
 # ---------------------------------------------------------------- exercise 1: the size of a looped graph
 
 
-def scalar_model() -> torch.nn.Linear:
+def _scalar_model() -> torch.nn.Linear:
     """The model of section 1: ``y_hat = w * x`` with ``w = 1``."""
     model = torch.nn.Linear(1, 1, bias=False)
     with torch.no_grad():
@@ -45,12 +38,12 @@ def scalar_model() -> torch.nn.Linear:
     return model
 
 
-def with_bias_model() -> torch.nn.Linear:
+def _with_bias_model() -> torch.nn.Linear:
     """The model of exercise 1: ``y_hat = w * x + b``, two leaves."""
     return torch.nn.Linear(1, 1)
 
 
-def reference_looped_loss(model, x, y):
+def _reference_looped_loss(model, x, y):
     """The notebook's ``looped_loss``."""
     losses = []
     for k in range(len(y)):
@@ -59,9 +52,9 @@ def reference_looped_loss(model, x, y):
     return torch.stack(losses).mean()
 
 
-def _looped_nodes(n: int, make_model=with_bias_model) -> int:
+def _looped_nodes(n: int, make_model=_with_bias_model) -> int:
     x = torch.arange(1.0, n + 1).unsqueeze(1)
-    return count_nodes(reference_looped_loss(make_model(), x, 2 * x.squeeze(1)))
+    return count_nodes(_reference_looped_loss(make_model(), x, 2 * x.squeeze(1)))
 
 
 _MAX_N = 10_000  # the largest batch whose looped graph the check builds (50 in the notebook)
@@ -113,8 +106,8 @@ def check_looped_nodes(answer, n: int = 50) -> Feedback:
     per_sample = two - one
     shared = one - per_sample
     x = torch.arange(1.0, n + 1).unsqueeze(1)
-    vectorized = count_nodes(((2 * x.squeeze(1) - with_bias_model()(x).squeeze(1)) ** 2).mean())
-    no_bias = _looped_nodes(n, scalar_model)
+    vectorized = count_nodes(((2 * x.squeeze(1) - _with_bias_model()(x).squeeze(1)) ** 2).mean())
+    no_bias = _looped_nodes(n, _scalar_model)
     if value == truth:
         return correct(
             f"{truth} nodes: {per_sample} on each sample's path times {n} samples, plus {shared} shared by all "
@@ -137,7 +130,7 @@ def check_looped_nodes(answer, n: int = 50) -> Feedback:
 # ---------------------------------------------------------------- exercise 2: vectorize a loop
 
 
-def reference_weighted_loss_loop(w, x, y, weights):
+def _reference_weighted_loss_loop(w, x, y, weights):
     """The loop of exercise 2, as the notebook shows it."""
     total = 0
     for k in range(len(y)):
@@ -230,7 +223,7 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
         return wrong(f"computing the gradient of your result raised {describe_error(err)}"), None
     value = out.detach().cpu()  # a learner may have moved the work to another device
     ref_w = w.clone().requires_grad_(True)
-    ref = reference_weighted_loss_loop(ref_w, x, y, weights)
+    ref = _reference_weighted_loss_loop(ref_w, x, y, weights)
     ref_nodes = count_nodes(ref)
     (ref_g,) = torch.autograd.grad(ref, ref_w)
     if not close(value, ref.detach()):
