@@ -9,6 +9,7 @@ learner's code with.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 
@@ -20,7 +21,7 @@ from . import trust
 from .answers import equal, is_unanswered
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 from .isolation import kept_as_found
-from .loops import record_passes, thrown_away_mistake, wide_pass_mistake
+from .loops import record_passes, thrown_away_mistake, unwatched_mistake, wide_pass_mistake
 
 __all__ = [
     "IN_FEATURES",
@@ -151,27 +152,33 @@ def _mlp():
 
 def _largest_param_diff(model_a, model_b, start):
     with torch.no_grad():
+        if not all(bool(torch.isfinite(a).all()) for a in model_a.parameters()):
+            return math.inf
         moved = max(float((p - s).abs().max()) for p, s in zip(model_b.parameters(), start))
         diff = max(float((a - b).abs().max()) for a, b in zip(model_a.parameters(), model_b.parameters()))
     return diff / moved
 
 
-def _run(make_model, full, accumulated, k, *, n=24, updates=2, seed=0, make_opt=None):
-    """Parameters of ``full`` against ``accumulated`` after ``updates`` updates: the largest relative difference.
+def _run(make_model, full, accumulated, k, *, n=24, updates=2, seed=None, make_opt=None, watch=None):
+    """Parameters of ``full`` against ``accumulated`` after ``updates`` updates: the largest relative difference
+    (infinite when the accumulated run leaves a parameter NaN or infinite).
 
-    The accumulated run (the learner's code in exercise 2) goes first, on copies of the data; the full-batch run
-    starts only when it has returned, so no frame above the learner's code holds the reference."""
+    The accumulated run (the learner's code in exercise 2) goes first, on copies of the data, each of its updates
+    inside ``watch(model, opt)`` when given; the full-batch run starts only when it has returned, so no frame above
+    the learner's code holds the reference. Data and models come from a seed drawn afresh unless one is given."""
+    seed = trust.fresh_seed() if seed is None else seed
     make_opt = make_opt or (lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9))
-    model_a = _train(make_model, make_opt, lambda m, o, x, y: accumulated(m, o, x, y, k), n, updates, seed)
+    model_a = _train(make_model, make_opt, lambda m, o, x, y: accumulated(m, o, x, y, k), n, updates, seed, watch)
     model_f = _train(make_model, make_opt, full, n, updates, seed)
     torch.manual_seed(seed)
     start = [p.detach().clone() for p in copy.deepcopy(make_model()).parameters()]
     return _largest_param_diff(model_a, model_f, start)
 
 
-def _train(make_model, make_opt, update, n, updates, seed):
+def _train(make_model, make_opt, update, n, updates, seed, watch=None):
     """A model made after torch.manual_seed(seed), after ``updates`` calls of ``update`` on batches drawn from
-    ``seed`` (each call on fresh copies, after torch.manual_seed(seed + 1), the kernel kept as found)."""
+    ``seed`` (each call on fresh copies, after torch.manual_seed(seed + 1), inside ``watch(model, opt)`` when
+    given, the kernel kept as found). The parameters are read once the last call has returned."""
     gen = torch.Generator().manual_seed(seed)
     data = [(torch.randn(n, IN_FEATURES, generator=gen), torch.randn(n, 1, generator=gen)) for _ in range(updates)]
     torch.manual_seed(seed)
@@ -179,9 +186,29 @@ def _train(make_model, make_opt, update, n, updates, seed):
     opt = make_opt(model.parameters())
     for x, y in data:
         torch.manual_seed(seed + 1)
-        with kept_as_found():
+        with watch(model, opt) if watch is not None else contextlib.nullcontext(), kept_as_found():
             update(model, opt, x.clone(), y.clone())
     return model
+
+
+class _Watch:
+    """Watches each update of a run: its passes (a ``PassLog``, on the model's last layer, through which every
+    forward pass goes, so ``model.forward(x)`` is seen as ``model(x)`` is) and how many times it stepped."""
+
+    def __init__(self):
+        self.logs, self.steps = [], []
+
+    @contextlib.contextmanager
+    def __call__(self, model, opt):
+        steps = []
+        handle = opt.register_step_post_hook(lambda *args: steps.append(1))
+        try:
+            with record_passes(model[-1]) as log:
+                yield
+        finally:
+            handle.remove()
+        self.logs.append(log)
+        self.steps.append(len(steps))
 
 
 # ---------------------------------------------------------------- exercise 2: write the accumulated update
@@ -308,29 +335,9 @@ _DIAGNOSES = [
 def _same(answer, variant, k, tol):
     """Does the learner's update land where a known variant (a known mistake) does?"""
     try:
-        return _run(_mlp, lambda model, opt, x, y: variant(model, opt, x, y, k), answer, k) < tol
+        return _run(_mlp, lambda model, opt, x, y: variant(model, opt, x, y, k), answer, k, watch=_Watch()) < tol
     except Exception:
         return False
-
-
-def _observe(update, k, n=_N):
-    """Run ``update`` once on a fresh model: its passes (a PassLog) and how many times it stepped.
-
-    The passes are watched on the model's last layer, through which every forward pass goes, so a loop that
-    calls ``model.forward(x)`` instead of ``model(x)`` is seen all the same."""
-    model = _mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    steps = []
-    real_step = opt.step
-
-    def step(*args, **kwargs):
-        steps.append(1)
-        return real_step(*args, **kwargs)
-
-    opt.step = step
-    with record_passes(model[-1]) as log, kept_as_found():
-        update(model, opt, torch.randn(n, IN_FEATURES), torch.randn(n, 1), k)
-    return log, len(steps)
 
 
 def _explain_split(sizes, k, n=_N, widest_use=0):
@@ -356,8 +363,10 @@ def _explain_split(sizes, k, n=_N, widest_use=0):
 
 
 def _explain_passes(log, steps, k):
-    """Mistakes visible in how the update uses the model, before any number is compared."""
-    fb = _explain_split(log.forward_sizes, k, widest_use=log.widest_use) if log.forward_sizes else None
+    """Mistakes visible in how one update uses the model, before any number is compared."""
+    fb = unwatched_mistake(f"With k = {k}", log)
+    if fb is None and log.forward_sizes:
+        fb = _explain_split(log.forward_sizes, k, widest_use=log.widest_use)
     if fb is not None:
         return fb
     wide = wide_pass_mistake(f"With k = {k}", log)
@@ -399,16 +408,21 @@ def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
     if not callable(answer):
         return malformed(f"expected a function taking (model, opt, x, y, k); got {type(answer).__name__}.")
     for k in (2, 3, 4, 5):
+        watch = _Watch()  # every run of the learner's code is watched alike: none can behave otherwise unwatched
         try:
-            log, steps = _observe(answer, k)
-            diff = _run(_mlp, full_batch_reference, answer, k)
+            diff = _run(_mlp, full_batch_reference, answer, k, watch=watch)
         except Exception as err:  # the learner's code: report it, never raise
             return wrong(f"with k = {k} your function raised {describe_error(err)}")
-        fb = _explain_passes(log, steps, k)
+        fb = next((f for f in map(_explain_passes, watch.logs, watch.steps, [k] * len(watch.logs)) if f is not None),
+                  None)
+        if fb is None and diff == math.inf:
+            fb = wrong(f"with k = {k}, after your update some parameters are NaN or infinite: the update must leave "
+                       "them where the full-batch update does, finite numbers.")
         if fb is None and diff >= tol:
             fb = _explain_miss(answer, k, diff, tol)
         if fb is None:
-            fb = thrown_away_mistake(f"With k = {k}", log)
+            fb = next((f for f in (thrown_away_mistake(f"With k = {k}", log) for log in watch.logs) if f is not None),
+                      None)
         if fb is not None:
             return fb
     return correct(
@@ -430,6 +444,11 @@ _SPREAD = 1e-4  # below this standard deviation a layer's output counts as const
 _SCALE = 3.0  # the first Linear's output is multiplied by this: a normalization after it undoes that
 
 
+def _probe():
+    """The probe batch, drawn afresh for every check."""
+    return torch.randn(_PROBE, IN_FEATURES, generator=trust.fresh_generator())
+
+
 def _is_norm(module):
     """A module named like a normalization (LayerNorm, GroupNorm, RMSNorm, a learner's own *Norm): for hints only.
     Whether a model normalizes is judged by what it does (``_normalizes``), not by names."""
@@ -445,7 +464,7 @@ def _leaf_calls(model, x):
                for m in leaves]
     state = torch.get_rng_state()
     try:
-        with torch.no_grad():
+        with torch.enable_grad():  # as in training: a model must not be able to tell a probe from a step
             out = model(x)
     finally:
         for h in handles:
@@ -455,23 +474,34 @@ def _leaf_calls(model, x):
     return calls, out, draws
 
 
-def _output(model, x, linear=None, factor=1.0):
-    """The model's output for ``x`` (no gradients; the random stream left where it was), with the output of
-    ``linear`` multiplied by ``factor``."""
-    handle = linear.register_forward_hook(lambda mod, args, out: out * factor) if linear is not None else None
+def _output(model, x):
+    """The model's output for ``x``, computed as in training (gradients on, no hook on the model), detached; the
+    random stream left where it was."""
     state = torch.get_rng_state()
     try:
-        with torch.no_grad():
-            return model(x)
+        with torch.enable_grad():
+            out = model(x)
+        return out.detach() if isinstance(out, torch.Tensor) else out
     finally:
         torch.set_rng_state(state)
-        if handle is not None:
-            handle.remove()
+
+
+def _scaled_copy(model, linear):
+    """A copy of the model whose ``linear`` gives ``_SCALE`` times its output (its weight and bias scaled): no hook
+    tells the model it is being probed."""
+    index = list(model.modules()).index(linear)
+    twin = copy.deepcopy(model)
+    scaled = list(twin.modules())[index]
+    with torch.no_grad():
+        for p in (scaled.weight, scaled.bias):
+            if p is not None:
+                p.mul_(_SCALE)
+    return twin
 
 
 def _normalizes(model, x, linear):
     """Does something normalize what ``linear`` gives? Then scaling that output leaves the model's output alone."""
-    out, scaled = _output(model, x), _output(model, x, linear, _SCALE)
+    out, scaled = _output(model, x), _output(_scaled_copy(model, linear), x)
     if not isinstance(scaled, torch.Tensor) or scaled.shape != out.shape:
         return False
     return float((scaled - out).abs().max()) <= 1e-3 * (1 + float(out.abs().max()))
@@ -488,7 +518,7 @@ def _spread(t):
     """The smallest per-sample standard deviation of a (N, features) tensor; 0 for anything else."""
     if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[1] < 2:
         return 0.0
-    return float(t.double().std(dim=1).min())
+    return float(t.detach().double().std(dim=1).min())
 
 
 def _explain_shape(calls, out):
@@ -505,7 +535,7 @@ def _explain_shape(calls, out):
             "(GroupNorm with one unit per group, or a normalization over a single value, normalizes each value by "
             "itself to 0): nothing of the input gets through. Normalize over all 16 units, or over groups of several."
         )
-    if not isinstance(out, torch.Tensor) or float(out.double().std(dim=0).max()) < _SPREAD:
+    if not isinstance(out, torch.Tensor) or float(out.detach().double().std(dim=0).max()) < _SPREAD:
         return wrong("your model gives the same output for every sample: nothing of the input reaches the output.")
     return None
 
@@ -553,7 +583,7 @@ def _explain_random(calls, draws):
 
 def _built_in_norm(model):
     """The class name of the first nn.*Norm layer (LayerNorm, BatchNorm, ...) a forward pass calls, or None."""
-    calls, _, _ = _leaf_calls(model, torch.randn(_PROBE, IN_FEATURES))
+    calls, _, _ = _leaf_calls(model, _probe())
     return next((type(m).__name__ for m, _, _ in calls if isinstance(m, _BUILT_IN_NORMS)), None)
 
 
@@ -613,7 +643,7 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
         model = answer()
         if not isinstance(model, nn.Module):
             return malformed(f"your function should return an nn.Module; it returned {type(model).__name__}.")
-        fb = _explain_model(model, torch.randn(_PROBE, IN_FEATURES))
+        fb = _explain_model(model, _probe())
     except Exception as err:
         return wrong(f"building your model or running it on {_PROBE} samples of {IN_FEATURES} features raised "
                      f"{describe_error(err)}")

@@ -78,9 +78,23 @@ class _RandomState:
             self.numpy[0].random.set_state(self.numpy[1])
 
 
+_PYTHON_KEYS = (torch._C.DispatchKey.Python, torch._C.DispatchKey.PythonTLSSnapshot)
+
+
+def _mend_dispatch_keys():
+    """With no dispatch mode on the stack, torch must not route operations to Python. A guard a learner's code
+    entered inside a check's watcher and left alive (``torch.inference_mode().__enter__()``) puts that routing back
+    when it is finally dropped, and every later operation fails; this takes it off again."""
+    if torch._C._len_torch_dispatch_stack() == 0:
+        for key in _PYTHON_KEYS:
+            if torch._C._dispatch_tls_is_dispatch_key_included(key):
+                torch._C._dispatch_tls_set_dispatch_key_included(key, False)
+
+
 @contextlib.contextmanager
 def kept_as_found():
     """Run the block; afterwards torch's global modes, mode stacks and namespaces are as they were before it."""
+    _mend_dispatch_keys()
     grad, dtype, device = torch.is_grad_enabled(), torch.get_default_dtype(), torch.get_default_device()
     anomaly = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
     deterministic = (torch.are_deterministic_algorithms_enabled(),

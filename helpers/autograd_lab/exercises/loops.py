@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
 import torch.utils._pytree as pytree
 from torch import nn
-from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from . import trust
 from .feedback import wrong
 
-__all__ = ["PassLog", "pass_mistake", "record_passes", "thrown_away_mistake", "wide_pass_hint", "wide_pass_mistake"]
+__all__ = ["PassLog", "pass_mistake", "record_passes", "thrown_away_mistake", "unwatched_mistake", "wide_pass_hint",
+           "wide_pass_mistake"]
 
 
 @dataclass
@@ -40,7 +40,9 @@ class PassLog:
     gradients instead). ``backwarded_forwards``: how many of the forward passes with gradients some gradient
     computation went through (a pass whose output is thrown away does not count); ``widest_use``: the most samples
     any computation on the model's parameters saw with gradients on, however it was spelled (``model(x)``,
-    ``type(model).forward(model, x)``, ``F.linear(x, model.weight, model.bias)``).
+    ``type(model).forward(model, x)``, ``F.linear(x, model.weight, model.bias)``, under
+    ``torch._C.DisableTorchFunction()`` or on a deep copy of the model). A backward whose gradient at the outputs
+    is zero everywhere (a loss multiplied by 0) is no pass through them.
     """
 
     forward_sizes: list = field(default_factory=list)
@@ -49,6 +51,7 @@ class PassLog:
     widest_use: int = 0
     outputs_per_backward: list = field(default_factory=list)
     pass_kinds: list = field(default_factory=list)
+    unwatched: str | None = None  # what the learner's code switched off of the watching, if anything
     _reached: set = field(default_factory=set, repr=False)  # the forward passes the running backward reached
     _accumulated: bool = field(default=False, repr=False)
 
@@ -64,9 +67,26 @@ class PassLog:
         return self.pass_kinds[self.outputs_per_backward.index(self.most_outputs_per_backward)]
 
 
+def _unwatched(watch, handles) -> str | None:
+    """What a learner's code switched off of the watching (None when nothing): the mode popped from the dispatch
+    stack, or a hook removed from the model."""
+    if watch not in _get_current_dispatch_mode_stack():
+        torch._C._push_on_torch_dispatch_stack(watch)  # back on, so that leaving it below pops it
+        return "it took the check's watcher off torch's dispatch mode stack"
+    if any(h.id not in h.hooks_dict_ref() for h in handles if h.hooks_dict_ref() is not None):
+        return "it removed a hook of the check from the model"
+    return None
+
+
 def _queue_at_end_of_backward(callback):
     """Run ``callback`` when the gradient computation now running ends (``backward()`` and ``autograd.grad``)."""
     torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
+def _carries(grad) -> bool:
+    """Does a gradient reaching a forward's output carry anything (a finite, nonzero value somewhere)?"""
+    with torch.no_grad():
+        return bool(grad is not None and (grad != 0).any())
 
 
 def _output_tensors(out) -> list:
@@ -119,6 +139,8 @@ def record_passes(model: nn.Module):
         forward = len(log.forward_sizes)
 
         def output_reached(grad):  # any tensor of this forward's output reached: the forward counts once
+            if not _carries(grad):  # a loss multiplied by 0 sends nothing back: no micro-batch pass
+                return
             if forward not in backwarded:  # reached by some backward at least once
                 backwarded.add(forward)
                 log.backwarded_forwards += 1
@@ -135,42 +157,38 @@ def record_passes(model: nn.Module):
     handles = [model.register_forward_hook(after_forward, with_kwargs=True)]
     if first is not None:
         handles.append(first.register_post_accumulate_grad_hook(after_accumulation))
+    watch = _SampleUses(model, log)
     try:
-        with _ParameterUses(model, log):
+        with watch:
             yield log
+            log.unwatched = _unwatched(watch, handles)
     finally:
         for handle in handles:
             handle.remove()
 
 
-_GRADIENT_CALLS = (torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward)
+class _SampleUses(TorchDispatchMode):
+    """Notes in ``log.widest_use`` the most samples an operation on ``model``'s parameters saw with gradients on.
 
-
-class _ParameterUses(TorchFunctionMode):
-    """Notes in ``log.widest_use`` the most samples a computation on ``model``'s parameters saw with gradients on.
-
-    A tensor computed from parameters alone (``model.weight.T``) counts as a parameter; in a call that mixes
-    them with other tensors, the other tensors' first dimension is the number of samples (tensors shaped like
-    the parameter, such as a copy of it, are not samples)."""
+    It watches at the dispatcher, below every Python-level route around it (``torch._C.DisableTorchFunction()``,
+    ``F.linear`` on the weights, a deep copy of the model): every operation reaches it. A tensor computed from
+    the parameters alone (``model.weight.T``, a copy of the model's weights) counts as a parameter; it is known
+    by its storage, which views and ``.data`` share. In an operation that mixes them with other tensors, the
+    other tensors' first dimension is the number of samples (tensors shaped like the parameter, and another
+    module's parameters, are no samples)."""
 
     def __init__(self, model, log):
         super().__init__()
         self.log = log
-        self.derived = {}  # id -> weak reference: tensors compare elementwise, so no WeakSet
-        for p in model.parameters():
-            self._add(p)
-
-    def _add(self, t):
-        self.derived[id(t)] = weakref.ref(t)
+        self.own = {_storage(p) for p in model.parameters()}
 
     def _is_own(self, t):
-        ref = self.derived.get(id(t))
-        return ref is not None and ref() is t
+        return _storage(t) in self.own
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if not torch.is_grad_enabled() or func in _GRADIENT_CALLS:
+        if not torch.is_grad_enabled():
             return out
         tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         own = [t for t in tensors if self._is_own(t)]
@@ -181,10 +199,15 @@ class _ParameterUses(TorchFunctionMode):
             if others:
                 self.log.widest_use = max([self.log.widest_use] + [len(t) if t.dim() else 1 for t in others])
             else:
-                for t in pytree.tree_leaves(out):
-                    if isinstance(t, torch.Tensor):
-                        self._add(t)
+                self.own.update(_storage(t) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
         return out
+
+
+def _storage(t) -> int | None:
+    try:
+        return t.untyped_storage().data_ptr() or None
+    except Exception:  # noqa: BLE001 -- a tensor without storage (sparse, nested) is nobody's parameter
+        return None
 
 
 def wide_pass_hint(kind: str) -> str:
@@ -207,6 +230,8 @@ def pass_mistake(setting: str, log, *, micro_batches: int, largest: int, forward
     epoch; ``loss_sizes``: how many samples each loss call compared, when the loss was watched (None if not).
     Notebooks 04's and 07's loop checks use it.
     """
+    if log.unwatched:
+        return unwatched_mistake(setting, log)
     widest = max(log.forward_sizes + [log.widest_use])
     if widest > largest:
         return wrong(
@@ -222,6 +247,14 @@ def pass_mistake(setting: str, log, *, micro_batches: int, largest: int, forward
             "of accumulation runs it once per micro-batch (model(x) for each (x, y) in micro_batches)."
         )
     return wide_pass_mistake(setting, log, largest=largest, loss_sizes=loss_sizes)
+
+
+def unwatched_mistake(setting: str, log):
+    """A loop that switched off what watches it: the wrong ``Feedback`` naming what it did, or None."""
+    if not log.unwatched:
+        return None
+    return wrong(f"{setting}, your function ran, but {log.unwatched}: the check cannot see how it trains, so it "
+                 "cannot give it marks. A training loop needs no such step; take it out.")
 
 
 def thrown_away_mistake(setting: str, log):
