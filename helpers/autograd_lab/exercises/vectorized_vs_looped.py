@@ -17,7 +17,7 @@ import os
 import sys
 
 import torch
-from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from ..measure import count_nodes
 from . import trust
@@ -206,13 +206,19 @@ def _result_problem(out, leaf: torch.Tensor, n: int) -> Feedback | None:
 
 
 def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | None]:
-    """Run ``fn`` and the loop on the same data: (a problem or None, (its graph nodes, the loop's))."""
+    """Run ``fn`` (always under a ``_WorkCounter``: it runs as every other call runs, whether its work is counted
+    or not) and the loop on the same data: (a problem or None, (its graph nodes, the loop's, the counter))."""
     shapes = f"w {_shape(w)}, x {_shape(x)}, y {_shape(y)}, weights {_shape(weights)}"
     leaf = w.clone().requires_grad_(True)
+    counter = _WorkCounter()
     try:
-        out = fn(leaf, x.clone(), y.clone(), weights.clone())
+        with counter:
+            out = fn(leaf, x.clone(), y.clone(), weights.clone())
     except Exception as err:  # a learner's function may raise anything; report it, never raise
         return wrong(f"called with {shapes} your function raised {describe_error(err)}"), None
+    if counter.switched_off:
+        return wrong(f"your function called {counter.switched_off}, which switches off what the check counts its "
+                     "work with: a loss function needs no such call. Take it out."), None
     problem = _result_problem(out, leaf, len(y))
     if problem is not None:
         return problem, None
@@ -239,34 +245,35 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
             "same value, but a different gradient with respect to w: part of your computation is cut off "
             "from the graph (a .detach(), .data or a tensor rebuilt from numbers)."
         ), None
-    return None, (nodes, ref_nodes)
+    return None, (nodes, ref_nodes, counter)
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 _LEAVES_TORCH = {"tolist", "numpy", "__array__"}  # a tensor's values handed to Python or NumPy
+_SWITCHES = {"settrace", "setprofile", "_pop_torch_dispatch_stack"}  # calls that would switch the counting off
 
 
-class _WorkCounter(TorchFunctionMode):
-    """Counts the steps a call takes that a per-sample loop repeats: each Python line run outside torch's own
-    code and this module (``sys.settrace``), and each torch function called (a ``TorchFunctionMode``).
+class _WorkCounter(TorchDispatchMode):
+    """Counts the steps a call takes that a per-sample loop repeats: each Python line run outside torch's own code
+    and this module (``sys.settrace``) and each operation that reaches torch's dispatcher (this mode), which no
+    Python-level route avoids (``torch._C.DisableTorchFunction()`` included).
 
     A loop that runs inside a builtin over plain Python numbers (``sum(v.tolist())``, ``math.fsum``) runs no
-    line and no torch function per sample; what gives it away is the step before it, a tensor of several
-    values turned into Python numbers or a NumPy array: ``left_torch`` names that call.
+    line and no operation per sample; what gives it away is the step before it, a tensor of several values turned
+    into Python numbers or a NumPy array: ``left_torch`` names that call (``sys.setprofile`` sees it). A call that
+    would switch any of this off (``sys.settrace(None)``, popping the mode) is named in ``switched_off``.
     """
 
     def __init__(self):
         super().__init__()
         self.steps = 0
         self.left_torch = None
+        self.switched_off = None
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.steps += 1
-        name = getattr(func, "__name__", "")
-        if name in _LEAVES_TORCH and args and isinstance(args[0], torch.Tensor) and args[0].numel() > 1:
-            self.left_torch = self.left_torch or name
         return func(*args, **(kwargs or {}))
 
     def _trace(self, frame, event, arg):
@@ -277,26 +284,32 @@ class _WorkCounter(TorchFunctionMode):
             self.steps += 1
         return self._trace
 
+    def _profile(self, frame, event, arg):
+        name = frame.f_code.co_filename
+        if event != "c_call" or name.startswith(_TORCH_DIR) or name == __file__:
+            return
+        name = getattr(arg, "__name__", "")  # the builtin about to be called
+        if name in _SWITCHES:
+            self.switched_off = self.switched_off or f"{name}()"
+        owner = getattr(arg, "__self__", None)
+        if name in _LEAVES_TORCH and isinstance(owner, torch.Tensor) and owner.numel() > 1:
+            self.left_torch = self.left_torch or name
+
     def __enter__(self):
-        self._previous = sys.gettrace()
+        self._previous = sys.gettrace(), sys.getprofile()
         sys.settrace(self._trace)
+        sys.setprofile(self._profile)
         return super().__enter__()
 
     def __exit__(self, *exc):
-        sys.settrace(self._previous)
+        if sys.gettrace() != self._trace or sys.getprofile() != self._profile:
+            self.switched_off = self.switched_off or "sys.settrace() or sys.setprofile()"
+        sys.settrace(self._previous[0])
+        sys.setprofile(self._previous[1])
+        if self not in _get_current_dispatch_mode_stack():
+            self.switched_off = self.switched_off or "torch._C._pop_torch_dispatch_stack()"
+            torch._C._push_on_torch_dispatch_stack(self)  # back on, so that leaving it pops it
         return super().__exit__(*exc)
-
-
-def _work(fn, n: int) -> _WorkCounter | None:
-    """What ``fn`` does on a batch of ``n`` samples (None when it fails under the counter)."""
-    w, x, y, weights = _data(n, _CASES[0][1], seed=100 + n)
-    counter = _WorkCounter()
-    try:
-        with counter:
-            fn(w.requires_grad_(True), x, y, weights)
-    except Exception:  # it passed without the counter; an error here is the counter's, not the learner's
-        return None
-    return counter
 
 
 @never_raises
@@ -314,8 +327,8 @@ def check_vectorized_loss(answer) -> Feedback:
             f"not a {type(answer).__name__}."
         )
     node_counts = {}
-    for seed, (n, dim) in enumerate(_CASES):
-        problem, counts = _compare_with_loop(answer, *_data(n, dim, seed))
+    for n, dim in _CASES:
+        problem, counts = _compare_with_loop(answer, *_data(n, dim, trust.fresh_seed()))
         if problem is not None:
             return problem
         if dim == _CASES[0][1]:
@@ -329,15 +342,15 @@ def check_vectorized_loss(answer) -> Feedback:
             f"{large[0]} for N = {large_n}): something still runs once per sample. Use x @ w for all "
             "predictions at once, then operations on whole tensors."
         )
-    few, many = (_work(answer, n) for n in _WORK_SIZES)
-    if few is not None and many is not None and many.steps - few.steps >= _WORK_SIZES[1] - _WORK_SIZES[0]:
+    few, many = (node_counts[n][2] for n in _WORK_SIZES)
+    if many.steps - few.steps >= _WORK_SIZES[1] - _WORK_SIZES[0]:
         return wrong(
             f"right values and gradients, and your graph does not grow with N, but your code still works once per "
             f"sample: it ran {many.steps - few.steps} more Python lines and torch calls for N = {_WORK_SIZES[1]} "
             f"than for N = {_WORK_SIZES[0]}. Some loop or comprehension remains (perhaps over the weights); replace "
             "it with an operation on the whole tensor, such as weights.sum()."
         )
-    left = next((c.left_torch for c in (few, many) if c is not None and c.left_torch), None)
+    left = next((c.left_torch for c in (few, many) if c.left_torch), None)
     if left is not None:
         return wrong(
             f"right values and gradients, but your function hands a whole tensor's values to Python or NumPy "
