@@ -292,9 +292,9 @@ def check_scheduled_loop(train_epoch) -> Feedback:
     problem = read_function(train_epoch, f"your function {_SIGNATURE}", _SIGNATURE, 5)
     if problem is not None:
         return problem
-    for seed, (n, k, sizes) in enumerate(_SCENARIOS):
-        try:
-            problem = _scenario_problem(train_epoch, seed, n, k, sizes)
+    for n, k, sizes in _SCENARIOS:
+        try:  # data and model from a seed drawn afresh: no loop can be fitted to them
+            problem = _scenario_problem(train_epoch, trust.fresh_seed(), n, k, sizes)
         except Exception as err:  # noqa: BLE001 -- the learner's loop can raise anything
             return malformed(f"your loop raised {describe_error(err)} (n = {n} micro-batches, k = {k}).")
         if problem:
