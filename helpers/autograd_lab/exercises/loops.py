@@ -114,11 +114,13 @@ def _batch_size(args, kwargs) -> int:
 
 
 @contextlib.contextmanager
-def record_passes(model: nn.Module):
+def record_passes(model: nn.Module, *, hooks: bool = True):
     """Record the forward and backward passes of ``model`` while the block runs; yields a ``PassLog``.
 
     A gradient computation is delimited by autograd itself (a callback queued for its end), so one
     ``torch.autograd.grad`` call over several micro-batches' losses is seen as one, like one ``backward()``.
+    ``hooks=False`` puts nothing on the model (no forward or gradient hook a loop could look for) and records
+    only what the dispatcher sees: ``widest_use`` and ``unwatched``.
     """
     log = PassLog()
     backwarded: set = set()  # the forward passes some backward reached
@@ -154,8 +156,8 @@ def record_passes(model: nn.Module):
         if log._reached:  # a pass through the outputs (not, say, a penalty's own backward) reached .grad
             log._accumulated = True
 
-    handles = [model.register_forward_hook(after_forward, with_kwargs=True)]
-    if first is not None:
+    handles = [model.register_forward_hook(after_forward, with_kwargs=True)] if hooks else []
+    if first is not None and hooks:
         handles.append(first.register_post_accumulate_grad_hook(after_accumulation))
     watch = _SampleUses(model, log)
     try:
