@@ -35,6 +35,7 @@ _HOMES = {
     "environment_report": "env",
     "graph_nodes": "graph",
     "held_bytes": "measure",
+    "shows_error": "errors",
     "live": "widgets",
     "time_call": "measure",
     "timeline_text": "timeline",
