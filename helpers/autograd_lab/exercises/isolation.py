@@ -26,6 +26,7 @@ import sys
 import warnings
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from . import trust
 from .trust import trusted_namespaces
@@ -51,12 +52,25 @@ def _restore_namespaces(saved):
 _MISSING = object()
 
 
-def _pop_modes(function_modes: int, dispatch_modes: int):
-    """Leave the torch function and dispatch mode stacks as deep as they were."""
+TAKEN_OFF: set = set()  # ids of the dispatch modes a learner's code took off the stack (a watcher, say)
+
+
+def _pop_modes(function_modes: int, dispatch_modes: list):
+    """Leave the torch function and dispatch mode stacks as they were: modes the code entered and left are
+    popped, and dispatch modes it took off (a check's watcher) are put back and noted in ``TAKEN_OFF``."""
     while torch._C._len_torch_function_stack() > function_modes:
         torch._C._pop_torch_function_stack()
-    while torch._C._len_torch_dispatch_stack() > dispatch_modes:
-        torch._C._pop_torch_dispatch_stack()
+    now = _get_current_dispatch_mode_stack()
+    if now[:len(dispatch_modes)] == dispatch_modes:
+        while torch._C._len_torch_dispatch_stack() > len(dispatch_modes):
+            torch._C._pop_torch_dispatch_stack(None)
+        return
+    while torch._C._len_torch_dispatch_stack():
+        torch._C._pop_torch_dispatch_stack(None)
+    for mode in dispatch_modes:
+        if mode not in now:
+            TAKEN_OFF.add(id(mode))
+        torch._C._push_on_torch_dispatch_stack(mode)
 
 
 class _RandomState:
@@ -99,7 +113,7 @@ def kept_as_found():
     anomaly = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
     deterministic = (torch.are_deterministic_algorithms_enabled(),
                      torch.is_deterministic_algorithms_warn_only_enabled())
-    function_modes, dispatch_modes = torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()
+    function_modes, dispatch_modes = torch._C._len_torch_function_stack(), _get_current_dispatch_mode_stack()
     namespaces = _snapshot_namespaces()
     streams, threads, filters = _RandomState(), torch.get_num_threads(), list(warnings.filters)
     try:

@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-from . import trust
+from . import isolation, trust
 from .feedback import wrong
 
 __all__ = ["PassLog", "pass_mistake", "record_passes", "thrown_away_mistake", "unwatched_mistake", "wide_pass_hint",
@@ -72,6 +72,9 @@ def _unwatched(watch, handles) -> str | None:
     stack, or a hook removed from the model."""
     if watch not in _get_current_dispatch_mode_stack():
         torch._C._push_on_torch_dispatch_stack(watch)  # back on, so that leaving it below pops it
+        return "it took the check's watcher off torch's dispatch mode stack"
+    if id(watch) in isolation.TAKEN_OFF:  # taken off, and put back when the learner's call returned
+        isolation.TAKEN_OFF.discard(id(watch))
         return "it took the check's watcher off torch's dispatch mode stack"
     if any(h.id not in h.hooks_dict_ref() for h in handles if h.hooks_dict_ref() is not None):
         return "it removed a hook of the check from the model"
