@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from test_accumulation_in_practice_checks import make_loop as loop07
 from test_accumulation_pitfalls_checks import right_update as right05
-from test_gradient_accumulation_checks import loop as loop04
 from test_grad_fn_chains_checks import right_div
+from test_gradient_accumulation_checks import loop as loop04
 from test_out_of_reach import _layer_norm_model, _Silu
 from torch import nn
 
