@@ -12,9 +12,11 @@ policy that module ``leaf_tensors`` describes (every ``Exception`` becomes feedb
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
+import sysconfig
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
@@ -210,6 +212,7 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
     or not) and the loop on the same data: (a problem or None, (its graph nodes, the loop's, the counter))."""
     shapes = f"w {_shape(w)}, x {_shape(x)}, y {_shape(y)}, weights {_shape(weights)}"
     leaf = w.clone().requires_grad_(True)
+    _warm_up()
     counter = _WorkCounter()
     try:
         with counter:
@@ -249,10 +252,29 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# Code that is not the learner's: torch, the standard library, installed packages, this course's package, and code
+# generated at run time (a first call may import modules lazily; their lines are no work of the learner's loss).
+_LIBRARY = tuple(sorted({_TORCH_DIR, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep}
+                        | {os.path.join(sysconfig.get_paths()[k], "") for k in
+                           ("stdlib", "platstdlib", "purelib", "platlib")}))
+_GENERATED = ("<string>", "<frozen", "<_")  # exec'd and frozen code; a notebook cell's file is a real one
 
 
 _LEAVES_TORCH = {"tolist", "numpy", "__array__"}  # a tensor's values handed to Python or NumPy
 _SWITCHES = {"settrace", "setprofile", "_pop_torch_dispatch_stack"}  # calls that would switch the counting off
+
+
+class _Through(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+@functools.cache
+def _warm_up():
+    """Use a dispatch mode once before any counting: torch imports several hundred modules on first use of one,
+    which would otherwise run under the tracer and slow the first check by seconds."""
+    with _Through():
+        torch.zeros(2).requires_grad_().sum()
 
 
 class _WorkCounter(TorchDispatchMode):
@@ -278,7 +300,7 @@ class _WorkCounter(TorchDispatchMode):
 
     def _trace(self, frame, event, arg):
         name = frame.f_code.co_filename
-        if name.startswith(_TORCH_DIR) or name == __file__:
+        if name.startswith(_LIBRARY) or name.startswith(_GENERATED):
             return None
         if event == "line":
             self.steps += 1
@@ -286,7 +308,7 @@ class _WorkCounter(TorchDispatchMode):
 
     def _profile(self, frame, event, arg):
         name = frame.f_code.co_filename
-        if event != "c_call" or name.startswith(_TORCH_DIR) or name == __file__:
+        if event != "c_call" or name.startswith(_LIBRARY) or name.startswith(_GENERATED):
             return
         name = getattr(arg, "__name__", "")  # the builtin about to be called
         if name in _SWITCHES:
