@@ -210,3 +210,24 @@ def test_read_as_plain_cells_nothing_is_there_only_for_the_tests(path):
         for match in MACHINERY.finditer(text):
             problems.append(f"{where}: names the course's machinery ({match.group(0)!r})")
     assert not problems, f"{path.name}:\n  " + "\n  ".join(problems[:40])
+
+
+EXERCISE_HEADING = re.compile(r"^(#{2,4}\s+\S|\*\*Exercise)", re.M)  # a heading, or a bold exercise title
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_has_a_heading_and_a_prompt_that_says_what_its_check_enforces(path):
+    nb = nbformat.read(path, as_version=4)
+    for ex in classroom.exercises(nb, path.parent, path.name):
+        at = next(i for i, c in enumerate(nb.cells) if c.get("id") == ex.solution_id)
+        above = []
+        for cell in reversed(nb.cells[:at]):
+            if cell.cell_type != "markdown":
+                break
+            above.insert(0, cell.source)
+        prompt = "\n".join(above)
+        where = f"{path.name}, the exercise of cell {ex.solution_id!r}"
+        assert EXERCISE_HEADING.search(prompt), f"{where}: no heading in the markdown right above it"
+        words = len(re.sub(r"^#.*$", "", prompt, flags=re.M).split())
+        assert words >= 20, f"{where}: a prompt of {words} words; say what to do and what the check enforces"
+        assert re.search(r"\bcheck", prompt, re.I), f"{where}: the prompt never says what the check runs or enforces"
