@@ -92,6 +92,16 @@ def swapped(chain, i, j):
         (["AddBackward0"] + CHAIN[1:], "item 1 ('AddBackward0')"),
         (CHAIN[:-1] + ["AccumulateGrad(x)"], "you wrote AccumulateGrad(x)"),
         (" -> ".join(CHAIN[1:]), "one node is missing at the start"),
+        # a digit written names a variant: SumBackward1 is a sum over given dimensions, not the sum of every entry
+        (CHAIN[:1] + ["SumBackward1"] + CHAIN[2:], "item 2 (SumBackward1) names another node"),
+        (CHAIN[:1] + ["sumbackward1"] + CHAIN[2:], "a sum over given dimensions"),
+        (" -> ".join(CHAIN[:1] + ["SumBackward1"] + CHAIN[2:-1] + ["AccumulateGrad(w)"]),
+         "a sum over given dimensions"),
+        (["MulBackward1", "SumBackward1", "SigmoidBackward1", "MulBackward1", "AccumulateGrad"],
+         "items 1, 4 (MulBackward1) name another node"),
+        (["MulBackward1", "SumBackward1", "SigmoidBackward1", "MulBackward1", "AccumulateGrad"],
+         "item 3 (SigmoidBackward1): the operation is right"),
+        (CHAIN[:-1] + ["AccumulateGrad0"], "tells variants of one operation apart"),
     ],
 )
 def test_chain_wrong(answer, phrase):
@@ -107,13 +117,13 @@ def test_chain_wrong(answer, phrase):
         [name.lower() for name in CHAIN],
         [f" {name} " for name in CHAIN],
         (name for name in CHAIN),
-        ["MulBackward1", "SumBackward1", "SigmoidBackward1", "MulBackward1", "AccumulateGrad"],
+        ["MulBackward0", "SumBackward", "sigmoidbackward0", "MulBackward", "AccumulateGrad"],
         CHAIN[:-1] + ["AccumulateGrad(w)"],
         " -> ".join(CHAIN[:-1] + ["AccumulateGrad(w)"]),
         " -> ".join(CHAIN),
         CHAIN[:-1] + ["AccumulateGrad ( w )"],
     ],
-    ids=["tuple", "no-digits", "lower-case", "spaces", "generator", "other-digits", "as-chain-names-the-leaf",
+    ids=["tuple", "no-digits", "lower-case", "spaces", "generator", "some-digits", "as-chain-names-the-leaf",
          "chain-printout", "arrow-string", "spaced-leaf"],
 )
 def test_chain_right_written_differently(answer):
@@ -126,6 +136,37 @@ def test_chain_right_written_differently(answer):
 )
 def test_chain_malformed(answer):
     assert ch.check_chain(answer).status == "malformed"
+
+
+def test_a_wrong_digit_is_named_and_its_node_described_by_running_it():
+    t = torch.ones(3, requires_grad=True)
+    whole, by_dim = node_name(t.sum().grad_fn), node_name(t.sum(0).grad_fn)
+    assert base([whole]) == base([by_dim]) and whole != by_dim  # one operation, two variants
+    assert whole in CHAIN and by_dim not in CHAIN
+    fb = ch.check_chain([by_dim if n == whole else n for n in CHAIN])
+    assert fb.status == "wrong" and f"({by_dim}) names another node" in fb.message
+    assert "`t.sum(dim)`" in fb.message and "`t.sum()`" in fb.message
+    # the hint's table is computed by running each call, and says what each records
+    variants = ch._variants()
+    assert variants[by_dim].startswith("`t.sum(dim)`") and variants[whole].startswith("`t.sum()`")
+    assert node_name(torch.ops.aten.mul.Scalar(t, 3).grad_fn) in variants
+    assert node_name((t * 3).grad_fn) == CHAIN[0] and variants[CHAIN[0]].startswith("`t * u`")
+
+
+def test_the_count_hints_say_what_is_true_of_this_expression_and_no_more():
+    # "each operation adds exactly one node" is false in general: a composite function records several
+    t = torch.tensor([3.0, 4.0, 12.0], requires_grad=True)
+    inner = [n for n in graphmodel.visit([torch.nn.functional.normalize(t, dim=0).grad_fn])[0]
+             if not hasattr(n, "variable")]
+    assert len(inner) > 1
+    too_many = ch.check_chain(CHAIN[:2] + ["ExpBackward0"] + CHAIN[2:]).message
+    too_few = ch.check_chain([CHAIN[0], CHAIN[2], CHAIN[3], CHAIN[4]]).message
+    assert "exactly one" not in too_many + too_few
+    assert "in this expression" in too_many and "`F.normalize`, records several" in too_many
+    assert "in this expression" in too_few
+    # ... and in this expression each of the four operations (* 3, .sum(), sigmoid, w * x) does record one node
+    out, _ = ch.chain_expression()
+    assert len(walk(out)) == 4 + 1 and len(graphmodel.visit([out.grad_fn])[0]) == 5
 
 
 def test_reference_chain_is_what_autograd_records():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from backward_by_hand import backward_by_hand, reverse_topological_order
 from torch.testing import assert_close
 
@@ -66,26 +67,51 @@ def test_seed_chain_none_branch_and_accumulate_grad():
     assert type(acc).__name__ == "AccumulateGrad" and acc.variable is w and acc.next_functions == ()
 
 
-def test_linear_chain_same_loss_other_nodes():
-    _, x, y, _, loss = seed_example()
-    model = nn.Linear(1, 1, bias=False)
-    with torch.no_grad():
-        model.weight.fill_(2.0)
-    loss_linear = ((y - model(x.unsqueeze(1)).squeeze(1)) ** 2).mean()
-    assert_close(loss_linear, loss)
-    assert base(walk(loss_linear)) == [
-        "MeanBackward", "PowBackward", "SubBackward", "SqueezeBackward", "MmBackward", "TBackward", "AccumulateGrad",
-    ]
-    model_bias = nn.Linear(1, 1)
-    loss_bias = ((y - model_bias(x.unsqueeze(1)).squeeze(1)) ** 2).mean()
-    assert "AddmmBackward" in base(names_of(graph_nodes(loss_bias)))
-    assert "MmBackward" not in base(names_of(graph_nodes(loss_bias)))
+def inner_nodes(out):
+    """The names of the nodes a call added: every node of out's graph but the leaves' AccumulateGrad."""
+    return [node_name(n) for n in graph_nodes(out) if not hasattr(n, "variable")]
+
+
+ELEMENTWISE_ONE_NODE = {
+    "torch.sigmoid": torch.sigmoid, "torch.tanh": torch.tanh, "torch.exp": torch.exp, "torch.relu": torch.relu,
+    "torch.sin": torch.sin, "torch.abs": torch.abs, "torch.log": torch.log, "F.gelu": F.gelu, "F.silu": F.silu,
+    "F.softplus": F.softplus, "t ** 2": lambda t: t ** 2, "t * 3": lambda t: t * 3, "t + 1": lambda t: t + 1,
+    "t * t": lambda t: t * t,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE_ONE_NODE))
+def test_most_elementwise_operations_record_one_node(name):
+    t = torch.tensor([3.0, 4.0, 12.0], requires_grad=True)
+    assert len(inner_nodes(ELEMENTWISE_ONE_NODE[name](t))) == 1
+
+
+def test_a_call_built_from_several_operations_records_several_nodes():
+    """Going deeper, "One call, several nodes": the counts the notebook prints, and what its prose says of them."""
+    torch.manual_seed(0)
+    t = torch.tensor([3.0, 4.0, 12.0], requires_grad=True)
+    assert base(inner_nodes(torch.sigmoid(t))) == ["SigmoidBackward"]
+    softsign = base(inner_nodes(F.softsign(t)))  # elementwise, written with three operations
+    assert sorted(softsign) == ["AbsBackward", "AddBackward", "DivBackward"]
+    normalize = base(inner_nodes(F.normalize(t, dim=0)))
+    assert len(normalize) == 4 and {"ClampMinBackward", "ExpandBackward", "DivBackward"} <= set(normalize)
+    layer = nn.Linear(3, 2)
+    linear = base(inner_nodes(layer(t)))
+    assert sorted(linear) == ["AddmmBackward", "TBackward", "ViewBackward", "ViewBackward"]
+    # the two views come from t having no batch dimension: on a batch the layer records a transpose and addmm only
+    batch = torch.randn(5, 3)
+    assert sorted(base(inner_nodes(layer(batch)))) == ["AddmmBackward", "TBackward"]
+    assert sorted(base(inner_nodes(nn.Linear(3, 2, bias=False)(batch)))) == ["MmBackward", "TBackward"]
+    # the issue's other composite: cosine similarity records several nodes too
+    assert len(inner_nodes(F.cosine_similarity(t, torch.randn(3, requires_grad=True), dim=0))) > 4
 
 
 def test_digit_tells_variants_of_one_operation_apart():
-    t = torch.zeros(2, 1, requires_grad=True)
-    a, b = type(t.squeeze().grad_fn).__name__, type(t.squeeze(1).grad_fn).__name__
-    assert a != b and base([a, b]) == ["SqueezeBackward", "SqueezeBackward"]
+    t = torch.tensor([3.0, 4.0, 12.0], requires_grad=True)
+    whole, by_dim = node_name(t.sum().grad_fn), node_name(t.sum(0).grad_fn)
+    assert whole != by_dim and base([whole]) == base([by_dim]) == ["SumBackward"]
+    a = torch.zeros(2, 1, requires_grad=True)
+    assert base([node_name(a.squeeze().grad_fn)]) == base([node_name(a.squeeze(1).grad_fn)])
 
 
 # ---------------------------------------------------------------- section 3: saved tensors
@@ -361,27 +387,22 @@ def test_reverse_topological_order_puts_each_node_before_its_inputs():
                 assert position[node] < position[child]
 
 
-# ---------------------------------------------------------------- section 6: non-scalar outputs
+# ---------------------------------------------------------------- section 3: backward() starts at v = 1
 
 
-def test_vector_backward_needs_gradient_and_computes_v_times_jacobian():
-    w, x, y, per_sample, loss = seed_example()
-    with pytest.raises(RuntimeError, match="only for scalar outputs"):
-        per_sample.backward()
-    J = torch.autograd.functional.jacobian(lambda w_: (y - w_ * x) ** 2, w.detach())
-    assert_close(J, -2 * (y - w.detach() * x) * x)  # d (y - w x)^2 / dw
-    for v in ([0.5, 0.5], [1.0, 0.0], [0.0, 1.0]):
-        v = torch.tensor(v)
-        w.grad = None
-        ((y - w * x) ** 2).backward(gradient=v)
-        assert_close(w.grad, v @ J)
+def test_backward_is_the_vector_jacobian_product_started_at_one():
+    w, x, y, _, loss = seed_example()
+    loss.backward()
+    plain = w.grad.clone()
     w.grad = None
     loss = ((y - w * x) ** 2).mean()
-    loss.backward()
-    assert_close(w.grad, torch.full_like(x, 1 / len(x)) @ J)  # v = 1/N is the mean
+    loss.backward(gradient=torch.tensor(1.0))
+    assert_close(w.grad, plain)
+    J = torch.autograd.functional.jacobian(lambda w_: ((y - w_ * x) ** 2).mean(), w.detach())
+    assert_close(plain, 1.0 * J)
 
 
-# ---------------------------------------------------------------- section 7: the graph is freed
+# ---------------------------------------------------------------- Going deeper: the graph is freed
 
 
 def test_second_backward_raises_and_saved_tensors_are_gone():
@@ -400,19 +421,6 @@ def test_retain_graph_lets_a_second_backward_add_to_grad():
     loss.backward()
     assert_close(w.grad, 2 * first)
     assert first.item() == -5.0 and w.grad.item() == -10.0
-
-
-@pytest.mark.parametrize("number", [3, 2.5, -1])
-@pytest.mark.parametrize("op", ["mul", "rmul", "div"])
-def test_a_python_number_a_derivative_needs_is_saved_as_a_tensor_and_freed(op, number):
-    w = torch.tensor([1.0, 2.0], requires_grad=True)
-    out = {"mul": lambda: w * number, "rmul": lambda: number * w, "div": lambda: w / number}[op]()
-    saved = saved_tensors(out.grad_fn)
-    assert any(t.numel() == 1 and t.item() == pytest.approx(number) for t in saved.values()), saved
-    loss = out.sum()
-    loss.backward()
-    with pytest.raises(RuntimeError, match="second time"):
-        loss.backward()
 
 
 def test_a_power_keeps_its_exponent_as_a_plain_number_but_still_saves_a_tensor():
@@ -506,6 +514,83 @@ def test_the_seeds_gradient_is_not_derived_again_here():
         for out in cell.get("outputs", []):
             texts.append("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", "")))
     assert not re.search(r"-20\.(?!\d)", "\n".join(texts)) and "[4., 2.]" not in "\n".join(texts)
+
+
+# ---------------------------------------------------------------- the learner finds out: questions before answers
+
+
+def _cells():
+    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+
+
+def test_every_widget_comes_after_the_predict_it_helps_answer():
+    cells = _cells()
+    ids = [c["id"] for c in cells]
+    widgets = [i for i, c in enumerate(cells) if c["metadata"].get("autograd_lab")]
+    assert widgets, "02 keeps its step-through widget"
+    for w in widgets:
+        twin = ids.index(cells[w]["metadata"]["autograd_lab"]["twin"])
+        assert twin > w
+        between = "".join("".join(c["source"]) for c in cells[w + 1:twin] if c["cell_type"] == "markdown")
+        assert "Predict" not in between and "shows the same" not in between  # no question the widget answered
+        ask = max(i for i in range(w) if cells[i]["cell_type"] == "markdown")
+        assert "Predict" in "".join(cells[ask]["source"]), f"widget {ids[w]}: the text just above it asks nothing"
+        shown = [i for i in range(ask + 1, w) if cells[i].get("outputs")]  # nothing printed between question and widget
+        asked = not shown
+        assert asked, f"widget {ids[w]}: its Predict must come before it"
+
+
+def test_the_step_through_twin_asks_what_step_5_shows():
+    # the twin's question: b received one gradient per sample, and one number is in b.grad
+    w, x, y, _, _ = seed_example()
+    b = torch.tensor(0.0, requires_grad=True)
+    loss = ((y - (w * x + b)) ** 2).mean()
+    log = []
+    backward_by_hand(loss, log)
+    add = log[3]
+    assert node_name(add[0]).startswith("AddBackward")
+    to_b = [g for (child, _), g in zip(add[0].next_functions, add[2]) if getattr(child, "variable", None) is b]
+    assert to_b and to_b[0].shape == x.shape and log[4][0].variable is b
+    assert_close(log[4][1], to_b[0].sum())
+    meta = next(c for c in _cells() if c["metadata"].get("autograd_lab"))["metadata"]["autograd_lab"]
+    assert meta == {"twin": "twin-step", "set": {"step": 5}}
+
+
+def test_no_cell_raises_and_the_second_backward_is_shown_as_python_prints_it():
+    cells = {c["id"]: c for c in _cells()}
+    assert not [i for i, c in cells.items() if "raises-exception" in c["metadata"].get("tags", [])]
+    assert not [i for i, c in cells.items() if "%xmode" in "".join(c["source"])]  # no cell raises: nothing to trim
+    twice = cells["twice"]
+    assert "with lab.shows_error():" in "".join(twice["source"])
+    err = "".join("".join(o.get("text", "")) for o in twice["outputs"] if o.get("name") == "stderr")
+    assert err.startswith("Traceback (most recent call last):")
+    assert "RuntimeError: Trying to backward through the graph a second time" in err
+    assert not [o for c in cells.values() for o in c.get("outputs", []) if o["output_type"] == "error"]
+
+
+def test_exercise_3s_example_gives_no_verdict():
+    # the example was the exact negation of the answer; now it names the form only
+    from autograd_lab.exercises import grad_fn_chains as ch
+
+    text = "".join(next(c for c in _cells() if c["id"] == "ex3")["source"])
+    assert not re.search(r"""["'][A-D]["']\s*:\s*(True|False)""", text)
+    assert 'keys "A" to "D"' in text
+    truth = ch._reference_second_backward()
+    assert set(truth.values()) == {True, False}  # a real question: some raise, some do not
+
+
+def test_exercise_1_says_what_its_check_enforces_about_digits():
+    text = "".join(next(c for c in _cells() if c["id"] == "ex1-md")["source"])
+    assert "digits may be left out" in text and "must be the one PyTorch prints" in text
+
+
+def test_the_time_line_states_the_count_and_both_parts_fit():
+    from tools import minutes
+
+    counted = minutes.count_file(NOTEBOOK)
+    assert counted.core <= 50 and counted.optional <= 20, (float(counted.core), float(counted.optional))
+    intro = "".join(_cells()[0]["source"])
+    assert f"**Time:** about {counted.core_minutes} minutes, plus {counted.optional_minutes} optional." in intro
 
 
 # ---------------------------------------------------------------- torchviz: inside the course and outside it

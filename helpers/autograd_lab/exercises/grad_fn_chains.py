@@ -15,7 +15,7 @@ from collections import Counter
 
 import torch
 
-from ..graphmodel import walk
+from ..graphmodel import node_name, walk
 from . import trust
 from .answers import as_names, as_number, close, is_unanswered, plain, read_function
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
@@ -56,10 +56,58 @@ def _reference_chain() -> list[str]:
 
 
 def _base(name: str) -> str:
-    """``MulBackward0`` -> ``mulbackward``: the number at the end only tells overloads of one operation apart,
-    and the case of a letter does not tell nodes apart. ``AccumulateGrad(w)``, the way ``chain()`` names a leaf's
-    node, is ``accumulategrad``."""
+    """``MulBackward0`` -> ``mulbackward``: the operation, whatever the case of its letters. The number at the end
+    tells overloads of one operation apart; :func:`_digit_hint` compares it where one was written.
+    ``AccumulateGrad(w)``, the way ``chain()`` names a leaf's node, is ``accumulategrad``."""
     return re.sub(r"\d+$", "", re.sub(r"\s*\([^()]*\)$", "", name.strip())).lower()
+
+
+def _digits(name: str) -> int | None:
+    """The number a node name ends with (``SumBackward1`` -> 1, ``AccumulateGrad(w)`` -> None), or None."""
+    found = re.search(r"(\d+)$", re.sub(r"\s*\([^()]*\)$", "", name.strip()))
+    return int(found.group(1)) if found else None
+
+
+def _variants() -> dict[str, str]:
+    """{node name: what records it} for the variants of the exercise's operations that differ only in their
+    digit, found by running each call (the names are never typed in)."""
+    t = torch.ones(2, 2, requires_grad=True)
+    made = {
+        "`t.sum()`, the sum of every entry": t.sum(),
+        "`t.sum(dim)`, a sum over given dimensions": t.sum(0),
+        "`t * u` or `t * 3`, a product with a tensor or a number": t * 3,
+        "`torch.ops.aten.mul.Scalar(t, 3)`, an overload a Python `*` does not call": torch.ops.aten.mul.Scalar(t, 3),
+    }
+    return {node_name(out.grad_fn): what for what, out in made.items()}
+
+
+def _digit_hint(items: list, expected: list) -> str | None:
+    """A hint when every operation is right but a digit written is not the one PyTorch prints, else None.
+
+    The digit tells variants of one operation apart (``SumBackward1`` is the sum over given dimensions): a digit
+    left out is fine, a wrong one names another node."""
+    slips = [(k, item.strip(), name) for k, (item, name) in enumerate(zip(items, expected))
+             if _digits(item) is not None and _digits(item) != _digits(name)]
+    if not slips:
+        return None
+    variants = _variants()
+    by_name: dict = {}  # the name each slip writes -> (item numbers, the node really there)
+    for k, item, name in slips:
+        written = re.sub(r"\d+$", "", re.sub(r"\s*\([^()]*\)$", "", name)) + str(_digits(item))
+        by_name.setdefault(written, ([], name))[0].append(str(k + 1))
+    lines = []
+    for written, (numbers, name) in by_name.items():
+        which = f"item {numbers[0]}" if len(numbers) == 1 else f"items {', '.join(numbers)}"
+        if written in variants:
+            what = variants.get(name, "the call in this expression")
+            verb = "names" if len(numbers) == 1 else "name"
+            lines.append(f"{which} ({written}) {verb} another node: {written} is recorded by {variants[written]}; "
+                         f"the node here comes from {what}.")
+        else:
+            lines.append(f"{which} ({written}): the operation is right, but PyTorch does not print that digit for it "
+                         "here.")
+    return (" ".join(lines) + " The digit at the end of a name tells variants of one operation apart: leave it out, "
+            "or write the one PyTorch prints.")
 
 
 def _leaf_named(items: list) -> str | None:
@@ -109,13 +157,14 @@ def _count_hint(given: list, want: list, items: list) -> str:
         )
     if len(given) < len(want):
         return (
-            f"your chain has {len(given)} nodes; count the operations on the way from `w` to `out`. "
-            "Every operation (including `torch.sigmoid` and `.sum()`) adds one node, plus one for the leaf."
+            f"your chain has {len(given)} nodes; count the operations on the way from `w` to `out`. Each operation "
+            "in this expression (`torch.sigmoid` and `.sum()` included) records one node, plus one for the leaf."
         )
     if len(given) > len(want):
         return (
-            f"your chain has {len(given)} nodes, more than were recorded: each operation adds exactly one node, "
-            "and operations on `x` alone (which needs no grad) add none."
+            f"your chain has {len(given)} nodes, more than were recorded: each operation in this expression records "
+            "one node, as most elementwise operations and reductions do (a function built from several operations, "
+            "such as `F.normalize`, records several), and operations on `x` alone (which needs no grad) add none."
         )
     k = next(i for i, (g, e) in enumerate(zip(given, want)) if g != e)
     return (
@@ -129,7 +178,8 @@ def check_chain(answer) -> Feedback:
     """Exercise 1: the chain of ``out = torch.sigmoid(w * x).sum() * 3``, from ``out`` back to ``w``.
 
     Any ordered collection of strings counts (list, tuple, generator), and so does the line ``chain()`` prints
-    (``"MulBackward0 -> ... -> AccumulateGrad(w)"``); digits and letter case do not matter.
+    (``"MulBackward0 -> ... -> AccumulateGrad(w)"``). Letter case does not matter and digits may be left out, but
+    a digit written must be the one PyTorch prints: ``SumBackward1`` (a sum over given dimensions) is another node.
     """
     form = 'a list of node names from out back to the leaf, e.g. ["XBackward0", ..., "AccumulateGrad"]'
     if is_unanswered(answer):
@@ -145,6 +195,9 @@ def check_chain(answer) -> Feedback:
     given = [_base(a) for a in items]
     want = [_base(e) for e in expected]
     if given == want:
+        slip = _digit_hint(items, expected)
+        if slip is not None:
+            return wrong(slip)
         return correct(
             "that is the chain: " + " -> ".join(expected) + ". Backward meets the last operation first, "
             "so `* 3` gives the first node, and `x` (no grad) adds no branch."
