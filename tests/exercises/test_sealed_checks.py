@@ -432,3 +432,11 @@ def test_03_the_first_check_of_a_fresh_kernel_judges_a_right_loss_right():
             "print(ex.check_vectorized_loss(loss).status)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.stdout.strip() == "correct", run.stdout + run.stderr
+
+
+def test_a_check_module_reloaded_is_noted_anew_not_taken_for_replaced():
+    import importlib
+
+    importlib.reload(ex08)
+    assert not trust.replaced()
+    assert ex08.check_silu_backward(_Silu).passed

@@ -107,12 +107,12 @@ def record(finished: str):
     noted before keeps its first record). Each check module calls it last, ``record(__name__)``: a module still
     being imported is noted on a later call, once its names are all defined."""
     for space in trusted_namespaces():
-        if id(space) in _RECORD:
-            continue
         module = sys.modules.get(space.__name__ if isinstance(space, types.ModuleType) else space.__module__)
+        if id(space) in _RECORD and not (module is not None and module.__name__ == finished):
+            continue  # noted before (a module that just ran again, importlib.reload, is noted anew)
         if module is not None and module.__name__ != finished and _initializing(module):
             continue
-        if isinstance(space, types.ModuleType) and _is_ours(space):
+        if isinstance(space, types.ModuleType) and _is_ours(space) and not isinstance(space, _SealedModule):
             space.__class__ = _SealedModule
         _RECORD[id(space)] = _snapshot(space)
         if not _is_ours(space):
@@ -206,7 +206,8 @@ class _SealedModule(types.ModuleType):
     read as recorded even when its ``__dict__`` was written to directly."""
 
     def __setattr__(self, name, value):
-        if name in vars(self) or name == "__class__":
+        if name == "__class__" or (name in vars(self) and not name.startswith("__")):  # the import system's own
+            # names (__spec__, __loader__) stay writable: importlib.reload sets them
             raise AttributeError(
                 f"{self.__name__}.{name} belongs to the course's answer checks and cannot be replaced: a check "
                 "judges your answer with its own code only. Give your own function another name."
