@@ -853,6 +853,29 @@ def _callers_state_kept(devices):
         random.setstate(python_state)
 
 
+@contextlib.contextmanager
+def _full_float32():
+    """TF32 off while the check runs (matrix products and cuDNN convolutions), the caller's settings back after.
+
+    On a GPU cuDNN convolutions use TF32 by default: about 10 bits of mantissa, so a right accumulation loop
+    differs from the full batch far beyond float32 rounding, and a tolerance wide enough for that would pass
+    real mistakes too. Yields whether TF32 had been on (the report says it was switched off)."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    precision = torch.get_float32_matmul_precision()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield matmul or cudnn or precision != "highest"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+        torch.set_float32_matmul_precision(precision)
+
+
+_TF32_NOTE = ("TF32 was switched off while the check ran (torch.backends.cudnn.allow_tf32 and the matmul "
+              "precision), and your settings were put back: with TF32, even a right loop differs from the full batch "
+              "by about 1e-3 relative. A training run with TF32 on accumulates just as well, to that precision.")
+
+
 def _judged(setup: _Setup, sizes, scale, tol) -> AccumulationReport:
     """The comparison as asked, the causes when it fails, and the notes on what the verdict does not promise."""
     report, ratio = _first_report(setup, sizes, scale, tol)
@@ -926,5 +949,8 @@ def check_accumulation(
     k, sizes = _split(k, sizes, n)
     setup = _Setup(model, loss_fn, inputs, targets, n, optimizer, seed, _devices(model, inputs))
     tol = _Tolerance.for_model(model, atol, rtol)
-    with _callers_state_kept(setup.devices):
-        return _judged(setup, sizes, scale, tol)
+    with _callers_state_kept(setup.devices), _full_float32() as tf32_was_on:
+        report = _judged(setup, sizes, scale, tol)
+    if tf32_was_on and setup.devices:  # the CUDA devices the model or batch is on; on the CPU TF32 changes nothing
+        report.notes.append(_TF32_NOTE)
+    return report

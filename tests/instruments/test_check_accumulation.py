@@ -631,3 +631,28 @@ def test_torch_and_python_random_state_are_left_as_found(data, fail_on_call):
     assert len(calls) >= 2
     assert torch.equal(torch.get_rng_state(), torch_state), "torch's global random state"
     assert random.getstate() == python_state, "Python's global random state"
+
+
+def test_tf32_is_off_while_the_check_runs_and_the_callers_settings_come_back():
+    """On a GPU cuDNN's default TF32 would make a right loop differ from the full batch by ~1e-3: the check runs
+    in full float32 and puts the caller's settings back (on the CPU no note: TF32 changes nothing there)."""
+    seen = []
+
+    class Spy(nn.Linear):
+        def forward(self, x):
+            seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+                         torch.get_float32_matmul_precision()))
+            return super().forward(x)
+
+    before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+              torch.get_float32_matmul_precision())
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+    try:
+        report = check_accumulation(Spy(3, 1), nn.MSELoss(), torch.randn(8, 3), torch.randn(8, 1), k=2)
+        assert report.agree and not any("TF32" in note for note in report.notes)
+        assert seen and set(seen) == {(False, False, "highest")}
+        assert (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()) == (True, "high")
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before[0], before[1]
+        torch.set_float32_matmul_precision(before[2])
