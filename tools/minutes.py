@@ -44,7 +44,7 @@ HEADING = re.compile(r"^(#+)\s+(.*)")
 NOT_WORDS = re.compile(r"<[^>]+>|\(http[^)]*\)")
 EXERCISE_CALL = re.compile(r"\bex\.check_\w+\(")
 PREDICT = re.compile(r"\bPredict\b")
-LOAD = re.compile(r"%load\s+(?:-y\s+)?(\S+)")
+LOAD = re.compile(r"^#?\s*%load\s+(?:-y\s+)?(\S+)", re.M)  # the %load line, not "%load" in the instructions
 WIDGET = "application/vnd.jupyter.widget-view+json"
 PICTURES = ("image/svg+xml", "image/png", "image/jpeg")
 
