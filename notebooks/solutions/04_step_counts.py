@@ -3,6 +3,6 @@
 # the last, shorter group included: ceil(n / k).
 import math
 
-n, k = 50, 8
+n, k = 41, 8
 answer = (sum((i - 1) % k == 0 for i in range(n)), sum((i + 1) % k == 0 for i in range(n)), math.ceil(n / k))
 ex.check_step_counts(answer)

@@ -1,19 +1,27 @@
 # Worked solution to notebook 04, exercise 1: fix the copied loop, for good
-# Three fixes: step at the end of each group of k, (i + 1) % k == 0, not (i - 1); step at the last
-# micro-batch too, so the tail group is not left in .grad; scale each micro-batch's mean loss by its
-# share of its group's samples, so that unequal sizes (and a short tail group) still give the group mean.
-# (Dividing at the step, as in section 3, is right too: sum-reduce each loss, count the group's samples as they
-# come, and divide .grad by that count right before optimizer.step().)
+# Three fixes. Step at the end of each group of k, (i + 1) % k == 0, not (i - 1). Step once more when the
+# stream ends inside a group, so the tail is not left in .grad: a stream tells its end only by ending, so that
+# step comes after the loop. Weigh each micro-batch by its samples without knowing the group's total in advance:
+# sum-reduce each loss (loss_fn takes a mean: times len(x) makes it a sum), count the samples as they come, and
+# divide .grad by that count right before the step (section 3's divide at step).
+def divide_and_step(model, optimizer, samples):
+    for p in model.parameters():
+        p.grad /= samples                                # the summed gradient becomes the group's mean
+    optimizer.step()
+    optimizer.zero_grad()
+
+
 def train_epoch(model, loss_fn, optimizer, micro_batches, k):
-    n = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        group = micro_batches[(i // k) * k:(i // k) * k + k]       # the group this micro-batch belongs to
-        samples = sum(len(xg) for xg, _ in group)                   # samples in it (the last group may be short)
-        loss = loss_fn(model(x), y) * len(x) / samples              # this micro-batch's share of the group mean
-        loss.backward()
-        if (i + 1) % k == 0 or i + 1 == n:                          # end of a group, or of the data
-            optimizer.step()
-            optimizer.zero_grad()
+    samples = 0                                          # samples accumulated since the last step
+    for i, (x, y) in enumerate(micro_batches):           # no len(), no indexing: it may be a stream
+        (loss_fn(model(x), y) * len(x)).backward()       # this micro-batch's summed loss
+        samples += len(x)
+        if (i + 1) % k == 0:                             # the end of a group of k
+            divide_and_step(model, optimizer, samples)
+            samples = 0
+    if samples:                                          # the stream ended inside a group: step that group too
+        divide_and_step(model, optimizer, samples)
+
 
 answer = train_epoch
 ex.check_training_loop(answer)

@@ -6,7 +6,9 @@ outputs concatenated into one loss) although their gradient is right; (b) right 
 from the worked solution, which must pass; (c) answers and learner code that must not make a check raise.
 """
 
+import itertools
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,71 +31,92 @@ def _is_wrong_with(fb, words):
 # =========================================================================== exercise 1: the training loop
 
 
-def _group(micro_batches, i, k):
-    start = (i // k) * k
-    return micro_batches[start:start + k]
+def _numbered(micro_batches):
+    """(i, x, y, last) for each micro-batch of a list or a stream, one micro-batch read ahead to know the last."""
+    it = iter(micro_batches)
+    ahead, i = next(it, None), 0
+    while ahead is not None:
+        x, y = ahead
+        ahead = next(it, None)
+        yield i, x, y, ahead is None
+        i += 1
 
 
-def _share(x, micro_batches, i, k):
-    return len(x) / sum(len(xg) for xg, _ in _group(micro_batches, i, k))
+def _groups(micro_batches, k):
+    """The micro-batches in groups of k (the last may be short), each group read from the stream only when the one
+    before it is done: its items are (i, x, y, last)."""
+    group = []
+    for item in _numbered(micro_batches):
+        group.append(item)
+        if len(group) == k or item[3]:
+            yield group
+            group = []
 
 
 def _end_of_group(i, n, k):
     return (i + 1) % k == 0 or i + 1 == n
 
 
-def _first_size_assumed(x, micro_batches, i, k):
-    """The group's samples counted as if every micro-batch but its last held as many as the epoch's first."""
-    group = _group(micro_batches, i, k)
-    return len(x) / (len(micro_batches[0][0]) * (len(group) - 1) + len(group[-1][0]))
-
-
 def loop(*, step_when=_end_of_group, scale="share", zero="after step", logging=None, call="model(x)"):
-    """A learner's train_epoch: one backward per micro-batch, with a chosen step condition, scaling and reset."""
+    """A learner's train_epoch that works on a stream: it holds one group's micro-batches (data, not graphs) to
+    know their sizes, and runs one backward per micro-batch, with a chosen step condition, scaling and reset.
+    ``step_when(i, n, k)`` gets n = i + 1 at the last micro-batch, else None (a stream tells its end only there)."""
 
     def train_epoch(model, loss_fn, optimizer, micro_batches, k):
-        n = len(micro_batches)
+        first = None  # the epoch's first micro-batch's samples
         if zero == "before loop":
             optimizer.zero_grad()
-        for i, (x, y) in enumerate(micro_batches):
-            if zero == "group start" and i % k == 0:
-                model.zero_grad()
-            if zero == "every micro-batch":
-                optimizer.zero_grad()
-            loss = loss_fn(model(x) if call == "model(x)" else model.forward(x), y)
-            if logging == "no_grad":
-                with torch.no_grad():
-                    model(x)
-            elif logging == "inference_mode":
-                with torch.inference_mode():
-                    model(x)
-            factor = {"share": _share(x, micro_batches, i, k), "k": 1 / k, "none": 1.0,
-                      "k twice": 1 / k**2, "group": 1 / len(_group(micro_batches, i, k)),
-                      "fixed 4": len(x) / (4 * len(_group(micro_batches, i, k))),
-                      "first size": _first_size_assumed(x, micro_batches, i, k)}[scale]
-            (loss * factor).backward()
-            if step_when(i, n, k):
-                optimizer.step()
-                if zero in ("after step", "before loop", "every micro-batch"):
-                    optimizer.zero_grad(set_to_none=zero == "after step")
+        for group in _groups(micro_batches, k):
+            total = sum(len(x) for _, x, _, _ in group)
+            for i, x, y, last in group:
+                first = len(x) if first is None else first
+                if zero == "group start" and i % k == 0:
+                    model.zero_grad()
+                if zero == "every micro-batch":
+                    optimizer.zero_grad()
+                loss = loss_fn(model(x) if call == "model(x)" else model.forward(x), y)
+                if logging == "no_grad":
+                    with torch.no_grad():
+                        model(x)
+                elif logging == "inference_mode":
+                    with torch.inference_mode():
+                        model(x)
+                factor = {"share": len(x) / total, "k": 1 / k, "none": 1.0, "k twice": 1 / k**2,
+                          "group": 1 / len(group), "fixed 4": len(x) / (4 * len(group)),
+                          # every micro-batch of the group but its last counted as large as the epoch's first
+                          "first size": len(x) / (first * (len(group) - 1) + len(group[-1][1]))}[scale]
+                (loss * factor).backward()
+                if step_when(i, i + 1 if last else None, k):
+                    optimizer.step()
+                    if zero in ("after step", "before loop", "every micro-batch"):
+                        optimizer.zero_grad(set_to_none=zero == "after step")
 
     return train_epoch
 
 
 def enumerate_from_one(model, loss_fn, optimizer, micro_batches, k):
-    n = len(micro_batches)
+    """Counted from 1, sum-reduced, the last step after the loop: nothing is read ahead."""
+    seen = 0
     for i, (x, y) in enumerate(micro_batches, start=1):
-        group = micro_batches[(i - 1) // k * k:(i - 1) // k * k + k]
-        F.mse_loss(model(x), y, reduction="sum").div(sum(len(xg) for xg, _ in group)).backward()
-        if i % k == 0 or i == n:
+        F.mse_loss(model(x), y, reduction="sum").backward()
+        seen += len(x)
+        if i % k == 0:
+            for p in model.parameters():
+                p.grad.div_(seen)
             optimizer.step()
             optimizer.zero_grad()
+            seen = 0
+    if seen:
+        for p in model.parameters():
+            p.grad.div_(seen)
+        optimizer.step()
+        optimizer.zero_grad()
 
 
 def by_groups(model, loss_fn, optimizer, micro_batches, k):
-    """Cut the epoch into groups first, then accumulate each group."""
-    groups = [micro_batches[s:s + k] for s in range(0, len(micro_batches), k)]
-    for group in groups:
+    """Cut the stream into groups as it comes (itertools.islice), then accumulate each group."""
+    stream = iter(micro_batches)
+    while group := list(itertools.islice(stream, k)):
         total = sum(len(x) for x, _ in group)
         for x, y in group:
             (loss_fn(model(x), y) * len(x) / total).backward()
@@ -129,28 +152,69 @@ def concatenated_inputs(model, loss_fn, optimizer, micro_batches, k):
 
 def leaves_the_tail_in_grad(model, loss_fn, optimizer, micro_batches, k):
     """Right updates, but no reset after the last (tail) step: it leaks into the next epoch."""
-    n = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        (loss_fn(model(x), y) * _share(x, micro_batches, i, k)).backward()
-        if (i + 1) % k == 0:
-            optimizer.step()
+    for group in _groups(micro_batches, k):
+        total = sum(len(x) for _, x, _, _ in group)
+        for _, x, y, _ in group:
+            (loss_fn(model(x), y) * len(x) / total).backward()
+        optimizer.step()
+        if len(group) == k:
             optimizer.zero_grad()
-        elif i + 1 == n:
-            optimizer.step()
 
 
 def divide_at_step(model, loss_fn, optimizer, micro_batches, k):
-    """Sum-reduce each micro-batch, count the samples as they come, divide .grad once before the step."""
-    n, seen = len(micro_batches), 0
+    """The worked solution's way: sum-reduce each micro-batch, count the samples as they come, divide .grad once
+    before the step, and step once more after the loop when the stream ended inside a group."""
+
+    def step(samples):
+        for p in model.parameters():
+            p.grad /= samples
+        optimizer.step()
+        optimizer.zero_grad()
+
+    samples = 0
     for i, (x, y) in enumerate(micro_batches):
         (loss_fn(model(x), y) * len(x)).backward()  # the micro-batch's sum of squared errors
-        seen += len(x)
-        if _end_of_group(i, n, k):
-            for p in model.parameters():
-                p.grad /= seen
+        samples += len(x)
+        if (i + 1) % k == 0:
+            step(samples)
+            samples = 0
+    if samples:
+        step(samples)
+
+
+def counted_in_group(model, loss_fn, optimizer, micro_batches, k):
+    """No index at all: micro-batches and samples counted since the last step, the mean loss weighed at the end."""
+    in_group, samples = 0, 0
+    for x, y in micro_batches:
+        (loss_fn(model(x), y) * len(x)).backward()
+        in_group, samples = in_group + 1, samples + len(x)
+        if in_group == k:
+            torch._foreach_div_([p.grad for p in model.parameters()], samples)
             optimizer.step()
             optimizer.zero_grad()
-            seen = 0
+            in_group, samples = 0, 0
+    if in_group:
+        torch._foreach_div_([p.grad for p in model.parameters()], samples)
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def looks_one_ahead(model, loss_fn, optimizer, micro_batches, k):
+    """next() one micro-batch ahead to know the last; the gradient divided at the step."""
+    it = iter(micro_batches)
+    current, i, samples = next(it, None), 0, 0
+    while current is not None:
+        x, y = current
+        current = next(it, None)
+        F.mse_loss(model(x), y, reduction="sum").backward()
+        samples += len(x)
+        if (i + 1) % k == 0 or current is None:
+            for p in model.parameters():
+                p.grad *= 1 / samples
+            optimizer.step()
+            optimizer.zero_grad()
+            samples = 0
+        i += 1
 
 
 def no_backward(model, loss_fn, optimizer, micro_batches, k):
@@ -176,12 +240,13 @@ def hard_coded_n(model, loss_fn, optimizer, micro_batches, k):
 
 def grad_logging_forward(model, loss_fn, optimizer, micro_batches, k):
     """A logging forward with gradients on builds a second graph per micro-batch."""
-    for i, (x, y) in enumerate(micro_batches):
-        (loss_fn(model(x), y) * _share(x, micro_batches, i, k)).backward()
-        print_me = loss_fn(model(x), y).item()  # noqa: F841
-        if _end_of_group(i, len(micro_batches), k):
-            optimizer.step()
-            optimizer.zero_grad()
+    for group in _groups(micro_batches, k):
+        total = sum(len(x) for _, x, _, _ in group)
+        for _, x, y, _ in group:
+            (loss_fn(model(x), y) * len(x) / total).backward()
+            print_me = loss_fn(model(x), y).item()  # noqa: F841
+        optimizer.step()
+        optimizer.zero_grad()
 
 
 def _add_into_grad(params, grads):
@@ -213,12 +278,13 @@ def grad_summed_added(model, loss_fn, optimizer, micro_batches, k):
 
 def grad_per_micro_batch(model, loss_fn, optimizer, micro_batches, k):
     """Accumulation by hand: torch.autograd.grad once per micro-batch, each result added into .grad."""
-    params, n = list(model.parameters()), len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
-        _add_into_grad(params, torch.autograd.grad(loss_fn(model(x), y) * _share(x, micro_batches, i, k), params))
-        if _end_of_group(i, n, k):
-            optimizer.step()
-            optimizer.zero_grad()
+    params = list(model.parameters())
+    for group in _groups(micro_batches, k):
+        total = sum(len(x) for _, x, _, _ in group)
+        for _, x, y, _ in group:
+            _add_into_grad(params, torch.autograd.grad(loss_fn(model(x), y) * len(x) / total, params))
+        optimizer.step()
+        optimizer.zero_grad()
 
 
 WRONG_LOOPS = {
@@ -252,6 +318,124 @@ WRONG_LOOPS = {
 }
 
 
+def list_based(model, loss_fn, optimizer, micro_batches, k):
+    """The old worked solution: right on a list, but it asks the epoch for its len() and slices its groups."""
+    n = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        group = micro_batches[(i // k) * k:(i // k) * k + k]
+        (loss_fn(model(x), y) * len(x) / sum(len(xg) for xg, _ in group)).backward()
+        if (i + 1) % k == 0 or i + 1 == n:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def sliced_without_len(model, loss_fn, optimizer, micro_batches, k):
+    """No len(), but each group taken as a slice of the epoch."""
+    start = 0
+    while group := micro_batches[start:start + k]:
+        total = sum(len(x) for x, _ in group)
+        for x, y in group:
+            (loss_fn(model(x), y) * len(x) / total).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        start += k
+
+
+def listed_first(model, loss_fn, optimizer, micro_batches, k):
+    """Right, once the whole stream is in a list: it holds the epoch before it trains on any of it."""
+    list_based(model, loss_fn, optimizer, list(micro_batches), k)
+
+
+def counted_first(model, loss_fn, optimizer, micro_batches, k):
+    """A first pass to note the sizes, then the training pass: right on a list; a generator is empty the second time."""
+    sizes = [len(x) for x, _ in micro_batches]
+    for i, (x, y) in enumerate(micro_batches):
+        (loss_fn(model(x), y) * len(x) / sum(sizes[(i // k) * k:(i // k) * k + k])).backward()
+        if (i + 1) % k == 0 or i + 1 == len(sizes):
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def mean_of_means_on_a_stream(model, loss_fn, optimizer, micro_batches, k):
+    """Stream-ready, but the group's gradient divided by its micro-batches, not its samples: a mean of means."""
+    in_group = 0
+    for x, y in micro_batches:
+        loss_fn(model(x), y).backward()
+        in_group += 1
+        if in_group == k:
+            torch._foreach_div_([p.grad for p in model.parameters()], in_group)
+            optimizer.step()
+            optimizer.zero_grad()
+            in_group = 0
+    if in_group:
+        torch._foreach_div_([p.grad for p in model.parameters()], in_group)
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def no_step_after_the_stream(model, loss_fn, optimizer, micro_batches, k):
+    """Stream-ready, divided at the step, but nothing steps the group the stream ends in."""
+    samples = 0
+    for i, (x, y) in enumerate(micro_batches):
+        (loss_fn(model(x), y) * len(x)).backward()
+        samples += len(x)
+        if (i + 1) % k == 0:
+            torch._foreach_div_([p.grad for p in model.parameters()], samples)
+            optimizer.step()
+            optimizer.zero_grad()
+            samples = 0
+
+
+WRONG_LOOPS.update({
+    "len() of a stream": (list_based, "have no len()"),
+    "a stream sliced": (sliced_without_len, "cannot be indexed or sliced"),
+    "a stream put in a list first": (listed_first, "took 10 micro-batches from the stream"),
+    "a stream counted, then read again": (counted_first, "a generator is empty the second time"),
+    "a stream, a mean of micro-batch means": (mean_of_means_on_a_stream, "len(x) / (samples in its group)"),
+    "a stream, no step when it ends": (no_step_after_the_stream, "never reach an optimizer step"),
+})
+
+
+def test_04_a_loop_that_treats_the_stream_as_a_list_is_told_so_by_name():
+    """The len()/index hint names the stream, says its length is known only at its end, and how to do without."""
+    for fn in (list_based, sliced_without_len):
+        fb = ex04.check_training_loop(fn)
+        assert fb.status == "wrong" and "a stream of n =" in fb.message, fb.message
+        assert "known only when the stream ends" in fb.message and "divide .grad" in fb.message, fb.message
+
+
+def test_04_the_stream_problems_hand_a_generator_and_the_list_problems_come_first():
+    streams = [stream for _, _, stream in ex04._SCENARIOS]
+    assert any(streams) and not all(streams)
+    assert streams == sorted(streams)  # every list problem before every stream: a loop's own mistake is named first
+    seen = []
+
+    def look(model, loss_fn, optimizer, micro_batches, k):
+        seen.append(type(micro_batches).__name__)
+        divide_at_step(model, loss_fn, optimizer, micro_batches, k)
+
+    assert ex04.check_training_loop(look).passed
+    assert set(seen[-2 * sum(streams):]) == {"generator"} and set(seen[:-2 * sum(streams)]) == {"list"}
+    tails = [sizes for k, sizes, stream in ex04._SCENARIOS if stream and len(sizes) % k]
+    assert tails and any(len(set(sizes)) > 1 for sizes in tails)  # a stream that ends inside a group, unequal sizes
+
+
+def test_04_holding_one_group_of_a_stream_is_not_reading_it_whole():
+    """The read-ahead hint is for a loop that holds the stream whole, not one that holds a group and peeks one more."""
+    fb = ex04.check_training_loop(loop())  # a group of k held, and one micro-batch read ahead to know the last
+    assert fb.passed, fb.message
+    run = ex04._run_learner(loop(), (4,) * 10, 0, 4, stream=True)
+    assert run.read_ahead == 4 + 1
+    run = ex04._run_learner(listed_first, (4,) * 10, 0, 4, stream=True)
+    assert run.read_ahead == 10
+
+
+def test_04_the_worked_solution_passes():
+    namespace = {"ex": ex04}
+    exec((Path(__file__).parents[2] / "notebooks" / "solutions" / "04_training_loop.py").read_text(), namespace)
+    assert ex04.check_training_loop(namespace["train_epoch"]).passed
+
+
 @pytest.mark.parametrize("name", list(WRONG_LOOPS))
 def test_04_wrong_loops_fail_with_the_hint_for_their_mistake(name):
     fn, words = WRONG_LOOPS[name]
@@ -277,7 +461,7 @@ def test_04_non_accumulating_loops_have_the_right_gradient_and_still_fail():
 
 
 RIGHT_LOOPS = {
-    "worked solution's form": loop(),
+    "a group held, one micro-batch read ahead": loop(),
     "zero_grad at the start of each group": loop(zero="group start"),
     "zero_grad before the loop and after each step, keeping zeros": loop(zero="before loop"),
     "enumerate from 1, sum-reduced loss": enumerate_from_one,
@@ -287,6 +471,8 @@ RIGHT_LOOPS = {
     "torch.autograd.grad per micro-batch, added into .grad": grad_per_micro_batch,
     "model.forward(x) instead of model(x)": loop(call="model.forward(x)"),
     "sum-reduced, divided once at the step by the samples counted": divide_at_step,
+    "no index: micro-batches and samples counted since the last step": counted_in_group,
+    "next() one micro-batch ahead to know the last": looks_one_ahead,
 }
 
 
@@ -342,9 +528,10 @@ def _loop(condition, scale="group", zero_grad=True):
     return train_epoch
 
 
-def test_training_loop_check_passes_a_correct_loop():
+def test_training_loop_check_passes_lists_then_names_len_on_a_stream():
+    """A loop right on every list problem, that asks for len(): it gets as far as the first stream."""
     fb = ex04.check_training_loop(_loop(CORRECT, "samples"))
-    assert fb.passed, fb.message
+    assert fb.status == "wrong" and "a stream of n =" in fb.message and "has no len()" in fb.message, fb.message
 
 
 @pytest.mark.parametrize("fn, words", [
@@ -384,40 +571,47 @@ def test_training_loop_check_reports_a_crash_and_bad_forms():
 # ================================================================== exercise 2: step counts
 
 
+def test_04_step_count_task_is_one_the_notebook_never_prints():
+    """n = 41 is beyond the widget's n slider (1-40), and (5, 5, 6) is not the shape x, x - 1, x of 50 and 8."""
+    assert ex04.STEP_COUNT_TASK == {"n": 41, "k": 8}
+
+
 @pytest.mark.parametrize("answer", [
-    (7, 6, 7), [7, 6, 7], np.array([7, 6, 7]), torch.tensor([7, 6, 7]), (np.int64(7), torch.tensor(6), 7.0),
-    (Fraction(7), 6, 7),
+    (5, 5, 6), [5, 5, 6], np.array([5, 5, 6]), torch.tensor([5, 5, 6]), (np.int64(5), torch.tensor(5), 6.0),
+    (Fraction(5), 5, 6),
 ], ids=["tuple", "list", "numpy", "tensor", "mixed", "fraction"])
 def test_04_step_counts_right_in_any_number_type(answer):
     assert ex04.check_step_counts(answer).passed
 
 
 @pytest.mark.parametrize("answer, words", [
-    ((8, 6, 7), "(i - 1) % 8 == 0 holds at i = 1, 9, 17"),
-    ((6, 6, 7), "(i - 1) % 8 == 0 holds at i = 1, 9, 17"),  # counted as if it stepped only at full groups
-    ((7, 7, 7), "the last 2 micro-batches form no full group"),
-    ((7, 6, 6), "ceil(50 / 8)"),  # floor instead of ceil
+    ((6, 5, 6), "(i - 1) % 8 == 0 holds at i = 1, 9, 17"),  # as many as the correct loop
+    ((4, 5, 6), "(i - 1) % 8 == 0 holds at i = 1, 9, 17"),
+    ((5, 6, 6), "the last 1 micro-batch forms no full group"),  # the (i + 1) loop counted with the tail
+    ((5, 5, 5), "ceil(41 / 8)"),  # floor instead of ceil
 ])
 def test_04_step_counts_wrong_get_their_hint(answer, words):
     assert _is_wrong_with(ex04.check_step_counts(answer), words)
 
 
 @pytest.mark.parametrize("answer", [
-    "7,6,7", (7.5, 6, 7), (True, 6, 7), [7, 6], (float("nan"), 6, 7), torch.tensor([[7, 6, 7]]),
-    torch.zeros(3, device="meta"), torch.tensor([7, 6, 7]).to_sparse(), {7, 6}, 7, object(),
+    "5,5,6", (5.5, 5, 6), (True, 5, 6), [5, 5], (float("nan"), 5, 6), torch.tensor([[5, 5, 6]]),
+    torch.zeros(3, device="meta"), torch.tensor([5, 5, 6]).to_sparse(), {5, 6}, 5, object(),
 ])
 def test_04_step_counts_malformed_never_raises(answer):
     assert ex04.check_step_counts(answer).status == "malformed"
 
 
 def test_step_counts_check():
-    assert ex04.check_step_counts((7, 6, 7)).passed
+    fb = ex04.check_step_counts((5, 5, 6))
+    assert fb.passed and "the last 7 never reach a step" in fb.message, fb.message
     assert ex04.check_step_counts(...).status == "unanswered"
-    for bad in ([7, 6], (7.5, 6, 7), "7,6,7", (True, 6, 7)):
+    assert "e.g." not in ex04.check_step_counts(...).message  # no example of the answer's shape
+    for bad in ([5, 5], (5.5, 5, 6), "5,5,6", (True, 5, 6)):
         assert ex04.check_step_counts(bad).status == "malformed"
-    fb = ex04.check_step_counts((8, 6, 7))
-    assert fb.status == "wrong" and "(i - 1) % 8 == 0 holds at i = 1, 9, 17" in fb.message
-    fb = ex04.check_step_counts((7, 7, 7))
-    assert fb.status == "wrong" and "the last 2 micro-batches form no full group" in fb.message
-    fb = ex04.check_step_counts((7, 6, 6))
-    assert fb.status == "wrong" and "ceil(50 / 8)" in fb.message
+
+
+def test_step_counts_check_at_other_n_and_k():
+    assert ex04.check_step_counts((7, 6, 7), n=50, k=8).passed
+    assert ex04.check_step_counts((25, 25, 25), n=25, k=1).passed  # k = 1: every loop steps every time
+    assert ex04.check_step_counts((12, 12, 12), n=24, k=2).passed

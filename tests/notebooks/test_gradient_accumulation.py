@@ -5,7 +5,9 @@ The facts are computed here independently of the notebook (the loops and models 
 """
 
 import copy
+import json
 import math
+from pathlib import Path
 
 import matplotlib
 import pytest
@@ -103,21 +105,41 @@ def _one_step(model, make, X, Y, k):
     return model, grad
 
 
+@pytest.mark.parametrize("k", [2, 4])
 @pytest.mark.parametrize("seed", range(5))
-def test_equal_gradients_give_equal_sgd_steps_but_adam_moves_zero_gradient_biases_by_a_fraction_of_lr(seed):
+def test_equal_gradients_give_equal_sgd_steps_but_adam_moves_zero_gradient_biases_by_a_fraction_of_lr(seed, k):
     """The boundary of "full batch and accumulation agree for SGD and Adam alike": with Adam a rounding-level
-    gradient becomes an lr-sized step, so parameters whose exact gradient is 0 part."""
+    gradient becomes an lr-sized step, so parameters whose exact gradient is 0 part. Why the promise says "the
+    full-batch gradient, the same up to float rounding", not "exactly the full-batch step"."""
     model, X, Y = _centred_linear(seed)
     lr = 0.01
-    (sgd_full, g_full), (sgd_acc, g_acc) = (_one_step(model, lambda p: torch.optim.SGD(p, lr=lr), X, Y, k)
-                                            for k in (1, 4))
+    (sgd_full, g_full), (sgd_acc, g_acc) = (_one_step(model, lambda p: torch.optim.SGD(p, lr=lr), X, Y, kk)
+                                            for kk in (1, k))
     assert g_full.abs().max() < 1e-6 and g_acc.abs().max() < 1e-6  # rounding of an exact 0
-    if seed == 0:  # the notebook's case: rounding "near eps in size", as its printed magnitudes say
+    if seed == 0 and k == 4:  # the notebook's case: rounding "near eps in size", as its printed magnitudes say
         assert 1e-9 < g_full.abs().max() < 1e-7 and 1e-9 < g_acc.abs().max() < 1e-7
-    assert (sgd_full.bias - sgd_acc.bias).abs().max() < 1e-6
-    (adam_full, _), (adam_acc, _) = (_one_step(model, lambda p: torch.optim.Adam(p, lr=lr), X, Y, k) for k in (1, 4))
+    assert (sgd_full.bias - sgd_acc.bias).abs().max() < 1e-9
+    (adam_full, _), (adam_acc, _) = (_one_step(model, lambda p: torch.optim.Adam(p, lr=lr), X, Y, kk)
+                                     for kk in (1, k))
     assert (adam_full.weight - adam_acc.weight).abs().max() < 1e-6  # gradients well above eps: equal steps
     assert (adam_full.bias - adam_acc.bias).abs().max() > lr / 10
+
+
+def test_adams_first_step_is_the_formula_in_exact_arithmetic_and_only_to_rounding_in_float32():
+    """"In exact arithmetic" its running averages are g and g² at the first step: in float32 the step differs from
+    lr * g / (|g| + eps) in the last bits for many entries (about half), never by more than float32 rounding of lr."""
+    g = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
+    lr = 0.01
+    p = torch.zeros(10_000, requires_grad=True)
+    p.grad = g.clone()
+    torch.optim.Adam([p], lr=lr).step()
+    diff = (-p.detach() - lr * g / (g.abs() + 1e-8)).abs()
+    assert 0.2 < (diff == 0).float().mean() < 0.8  # bit for bit for some entries, not for all
+    assert diff.max() < 4 * torch.finfo(torch.float32).eps * lr
+    q = torch.zeros(10_000, dtype=torch.float64, requires_grad=True)
+    q.grad = g.double()
+    torch.optim.Adam([q], lr=lr).step()
+    torch.testing.assert_close(-q.detach(), lr * g.double() / (g.double().abs() + 1e-8), rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("g", [1e-3, 1e-7, 1e-8, 1e-9, 0.0])
@@ -243,7 +265,8 @@ def test_plus_one_recipe_drops_the_tail_and_the_correct_one_steps_it():
 def test_step_counts_for_the_exercise():
     n, k = ex.STEP_COUNT_TASK["n"], ex.STEP_COUNT_TASK["k"]
     counts = tuple(len(_steps(c, n, k)[0]) for c in (SEED, PLUS_ONE, CORRECT))
-    assert counts == (7, 6, 7) and counts[2] == math.ceil(n / k)
+    assert counts == (5, 5, 6) and counts[2] == math.ceil(n / k)
+    assert len(_steps(SEED, n, k)[1]) == (n - 2) % k == 7  # the copied loop leaves 7, the (i + 1) loop 1
 
 
 def _batches(n, size=4, seed=0):
@@ -328,6 +351,28 @@ def _split_grads(sizes):
     by_share = grad(lambda m, x, y: F.mse_loss(m(x), y) * len(x) / N)
     by_sum = grad(lambda m, x, y: F.mse_loss(m(x), y, reduction="sum") / N)
     return full, by_k, by_share, by_sum
+
+
+@pytest.mark.parametrize("identical", [True, False], ids=["identical samples", "samples that differ"])
+def test_dividing_by_k_is_off_for_an_unequal_split_only_for_samples_that_differ(identical):
+    """The boundary of "dividing by k is off for every unequal split": with identical samples every micro-batch
+    mean is the same, and any weights that sum to 1 give it; for samples that differ, a 4 + 6 split is off."""
+    torch.manual_seed(3)
+    lin = nn.Linear(3, 1)
+    if identical:
+        x, y = torch.randn(1, 3).expand(10, 3), torch.randn(1, 1).expand(10, 1)
+    else:
+        x, y = torch.randn(10, 3), torch.randn(10, 1)
+
+    def flat(m):
+        return torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+
+    full, by_k = copy.deepcopy(lin), copy.deepcopy(lin)
+    F.mse_loss(full(x), y).backward()
+    for xs, ys in zip(x.split([4, 6]), y.split([4, 6])):
+        (F.mse_loss(by_k(xs), ys) / 2).backward()
+    error = (flat(by_k) - flat(full)).abs().max()
+    assert error < 1e-6 if identical else error > 1e-2
 
 
 def test_dividing_by_k_is_wrong_for_a_7_3_split_and_both_fixes_are_exact():
@@ -468,3 +513,102 @@ def test_weight_norm_also_keeps_a_part_that_does_not_shrink():
     x = torch.randn(256, 32)
     ratio = peak_saved(model, x, 1) / peak_saved(model, x, 16)
     assert 1 < ratio < 16 / 1.5
+
+
+# --------------------------------------------------------------------------- the copied recipe's boundary
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_copied_recipe_is_full_batch_training_exactly_where_k_is_at_most_2_and_it_leaves_no_tail(k):
+    """The boundary the notebook's Try it asks for: (i - 1) % k == (i + 1) % k for k <= 2, so there the copied
+    recipe is the usual condition, and without a tail it is full-batch training; from k = 3 on it never is."""
+    for n in range(1, 31):
+        batches = _batches(n)
+        ref = _full_batch(batches, k)
+        copied = _train(SEED, batches, k)
+        same = all(torch.allclose(p, q, rtol=0, atol=1e-6) for p, q in zip(copied.parameters(), ref.parameters()))
+        assert same == (k <= 2 and (n - 2) % k == 0), (n, k)
+        if k <= 2:
+            assert all(SEED(i, n, k) == PLUS_ONE(i, n, k) for i in range(n))
+
+
+def test_copied_recipe_leaves_n_minus_2_mod_k_micro_batches_for_n_of_at_least_2():
+    for k in range(1, 13):
+        for n in range(2, 41):
+            assert len(_steps(SEED, n, k)[1]) == (n - 2) % k, (n, k)
+    assert len(_steps(SEED, 1, 3)[1]) == 1 != (1 - 2) % 3  # why the notebook says "for n >= 2"
+
+
+def test_no_tail_does_not_make_the_copied_recipe_right():
+    """The twin cell's case: n = 12, k = 10 leaves nothing in .grad, and the parameters still differ."""
+    groups, left = _steps(SEED, 12, 10)
+    assert left == [] and [len(g) for g in groups] == [2, 10]
+    batches = _batches(12)
+    ref, copied = _full_batch(batches, 10), _train(SEED, batches, 10)
+    assert max((p - q).abs().max().item() for p, q in zip(copied.parameters(), ref.parameters())) > 1e-3
+
+
+def test_the_repaired_recipe_is_full_batch_training_on_every_n_and_k_of_the_grid():
+    for k in range(1, 6):
+        for n in range(2, 15):
+            batches = _batches(n)
+            ref, fixed = _full_batch(batches, k), _train(CORRECT, batches, k, divide_by_group=True)
+            assert all(torch.allclose(p, q, rtol=0, atol=1e-6) for p, q in zip(fixed.parameters(), ref.parameters()))
+
+
+# --------------------------------------------------------------------------- the notebook: order and wording
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "04_gradient_accumulation.ipynb"
+
+
+def _cells():
+    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+
+
+def _outputs(cell):
+    return "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                     for o in cell.get("outputs", []))
+
+
+def _text(cell):
+    """A cell's source and its text outputs."""
+    return "".join(cell["source"]) + "\n" + _outputs(cell)
+
+
+def test_the_boundary_predict_comes_before_anything_that_answers_it():
+    """Nothing above the Try it's Predict names the boundary (k <= 2, (n - 2) % k) or a case of it, and the widget
+    that helps answer it comes right after it."""
+    cells = _cells()
+    ids = [c["id"] for c in cells]
+    ask = ids.index("try-md")
+    assert "Predict" in "".join(cells[ask]["source"])
+    before = "\n".join(_text(c) for c in cells[:ask])
+    for answer in ("k <= 2", "k < 3", "n - 2", "does no harm", "same parameters as full-batch training: True"):
+        assert answer not in before, answer
+    assert ids[ask + 1] == "widget-timeline"
+    widget = cells[ask + 1]
+    assert widget["metadata"]["autograd_lab"]["set"] == {"n": 12, "k": 10, "recipe": "copied (i - 1)"}
+    assert ids.index("boundary") > ask + 1
+
+
+def test_the_leftover_in_the_next_epoch_is_shown_as_a_fact_minus_lr_times_it():
+    """The leak into epoch 2 is shown running in the optional part, as a fact, not asked after its answer."""
+    cells = {c["id"]: c for c in _cells()}
+    for cid in ("recipe-leak-next-md", "recipe-leak"):
+        assert "Predict" not in "".join(cells[cid]["source"])
+    kept, minus_lr_left = [line.split(":", 1)[1] for line in _outputs(cells["recipe-leak"]).splitlines()]
+    assert kept.strip() == minus_lr_left.strip()
+
+
+def test_no_exactly_the_full_batch_step_and_exercise_2_at_an_n_never_printed():
+    cells = _cells()
+    text = "\n".join(_text(c) for c in cells)
+    assert "exactly the full-batch step" not in text
+    assert "takes exactly" not in text
+    n = ex.STEP_COUNT_TASK["n"]
+    code = "\n".join(_text(c) for c in cells if c["cell_type"] == "code" and c["id"] != "ex2")
+    assert f"n = {n}" not in code and f"n={n}" not in code  # never printed, never an argument
+    widget = next(c for c in cells if c["id"] == "widget-timeline")
+    assert "n=(1, 40)" in "".join(widget["source"]) and n > 40  # the widget cannot show it either
+    ex2 = next(c for c in cells if c["id"] == "ex2")
+    assert "e.g." not in "".join(ex2["source"]) and "e.g." not in _text(ex2)

@@ -4,8 +4,10 @@
   against full-batch training on random data, with micro-batches of unequal sizes among them;
   differences are explained (step positions, the tail, the loss scaling, a missing or misplaced
   ``zero_grad``, a loop that does not really accumulate). The loop may call ``model(x)`` or
-  ``model.forward(x)``: both are watched.
-- ``check_step_counts(answer)``: how many optimizer steps three loops take for n = 50, k = 8.
+  ``model.forward(x)``: both are watched. The first problems hand it a list; the last ones a stream (a
+  generator, whose length is known only at its end): a loop that calls ``len()`` on it, indexes it, or reads it
+  whole before it trains (``list(micro_batches)``, a first pass to count) gets a hint naming that.
+- ``check_step_counts(answer)``: how many optimizer steps three loops take for n = 41, k = 8.
 """
 
 from __future__ import annotations
@@ -27,17 +29,21 @@ __all__ = ["check_training_loop", "check_step_counts", "STEP_COUNT_TASK"]
 
 # --------------------------------------------------------------------------- 1. fix the widely copied loop
 
-# (k, the samples of each micro-batch): an epoch of len(sizes) micro-batches.
+# (k, the samples of each micro-batch, handed as a stream): an epoch of len(sizes) micro-batches. The lists come
+# first, so that a loop's own mistakes are named before what it does with a stream.
 _SCENARIOS = (
-    (10, (4,) * 25),  # the notebook's setting: a tail group of 5
-    (4, (4,) * 12),  # no tail
-    (3, (4,) * 7),  # a tail group of 1
-    (5, (4,) * 3),  # fewer micro-batches than k: one short update
-    (4, (4,) * 9 + (1,)),  # the last micro-batch is short, as a DataLoader without drop_last gives it
-    (2, (5,) * 8 + (3,)),  # other sizes: nothing may be tuned to 4 samples
-    (1, (3,) * 4),  # k = 1: every micro-batch is a full batch
-    (4, (4, 2, 5, 3, 6, 1, 4, 4, 2, 5, 3)),  # unequal sizes inside every group, not only at the end
-    (3, (1, 4, 4, 2, 6, 3, 5, 2)),  # the first micro-batch is the smallest: nothing may assume its size
+    (10, (4,) * 25, False),  # the notebook's setting: a tail group of 5
+    (4, (4,) * 12, False),  # no tail
+    (3, (4,) * 7, False),  # a tail group of 1
+    (5, (4,) * 3, False),  # fewer micro-batches than k: one short update
+    (4, (4,) * 9 + (1,), False),  # the last micro-batch is short, as a DataLoader without drop_last gives it
+    (2, (5,) * 8 + (3,), False),  # other sizes: nothing may be tuned to 4 samples
+    (1, (3,) * 4, False),  # k = 1: every micro-batch is a full batch
+    (4, (4, 2, 5, 3, 6, 1, 4, 4, 2, 5, 3), False),  # unequal sizes inside every group, not only at the end
+    (3, (1, 4, 4, 2, 6, 3, 5, 2), False),  # the first micro-batch is the smallest: nothing may assume its size
+    (4, (4,) * 9 + (1,), True),  # a stream: its length is known only when it ends, here inside a group
+    (3, (2, 5, 1, 4, 4, 3, 6, 2, 5, 1, 3), True),  # a stream of unequal micro-batches, a tail group of 2
+    (5, (3, 1, 4), True),  # a stream that ends before the first group is full
 )
 _EPOCHS = 2  # the second epoch shows whether a gradient left in .grad leaks into it
 _LR = 0.1
@@ -120,6 +126,7 @@ class _LearnerRun:
     passes: object  # the PassLog of both epochs
     loss_sizes: list
     model: nn.Module
+    read_ahead: int = 0  # on a stream: the most micro-batches taken from it before the model had run on them
 
 
 def _forward_through_call(model: nn.Module) -> nn.Module:
@@ -147,7 +154,23 @@ def _forward_through_call(model: nn.Module) -> nn.Module:
     return model
 
 
-def _run_learner(fn, sizes, seed, k):
+@dataclass
+class _Reading:
+    """How far a loop read a stream ahead of its training: the most micro-batches it had taken from the stream
+    before the model had run on them."""
+
+    ahead: int = 0
+
+
+def _stream(batches, passes, before, reading):
+    """The epoch's micro-batches one at a time, as a data pipeline hands them: a generator (no ``len()``, no
+    indexing, read once). ``before``: the forward passes of earlier epochs in ``passes``."""
+    for taken, (x, y) in enumerate(batches, start=1):
+        reading.ahead = max(reading.ahead, taken - (len(passes.forward_sizes) - before))
+        yield x.clone(), y.clone()
+
+
+def _run_learner(fn, sizes, seed, k, stream=False):
     """Run the learner's loop for two epochs on the scenario's data, recording after how many micro-batches each
     step ran. Nothing of the reference exists yet: ``_judge`` computes it afterwards from the same seed."""
     batches, model = _data(sizes, seed)
@@ -156,6 +179,7 @@ def _run_learner(fn, sizes, seed, k):
     loss_fn = _RecordingLoss()
     steps, forwards = _Steps(), []
     real_step = opt.step
+    reading = _Reading()
     with record_passes(model) as passes:
 
         def step(*args, **kwargs):
@@ -167,10 +191,12 @@ def _run_learner(fn, sizes, seed, k):
         for _ in range(_EPOCHS):
             steps.positions.append([])
             steps.grads.append([])
+            epoch = (_stream(batches, passes, sum(forwards), reading) if stream
+                     else [(x.clone(), y.clone()) for x, y in batches])
             with kept_as_found():
-                fn(model, loss_fn, opt, [(x.clone(), y.clone()) for x, y in batches], k)
+                fn(model, loss_fn, opt, epoch, k)
             forwards.append(len(passes.forward_sizes) - sum(forwards))
-    return _LearnerRun(steps, forwards, passes, loss_fn.sizes, model)
+    return _LearnerRun(steps, forwards, passes, loss_fn.sizes, model, reading.ahead)
 
 
 def _ratio(a, b):
@@ -184,6 +210,7 @@ class _Problem:
     k: int
     sizes: tuple  # the samples of each micro-batch
     ref: _Steps
+    stream: bool = False  # handed as a generator, not a list
 
     @property
     def n(self):
@@ -191,7 +218,7 @@ class _Problem:
 
     @property
     def setting(self):
-        return f"With n = {self.n} micro-batches and k = {self.k}"
+        return _setting(self.n, self.k, self.stream)
 
     @property
     def largest(self):
@@ -200,6 +227,43 @@ class _Problem:
     def group_sizes(self, j):
         """The samples of each micro-batch of update j (0-based) of an epoch."""
         return self.sizes[j * self.k:(j + 1) * self.k]
+
+
+def _setting(n, k, stream):
+    if stream:
+        return f"With a stream of n = {n} micro-batches (a generator) and k = {k}"
+    return f"With n = {n} micro-batches and k = {k}"
+
+
+_ON_A_STREAM = (
+    "Work on each micro-batch as it comes: count the micro-batches (and samples) since the last step as they "
+    "arrive, step when a group of k is complete, and once more when the loop ends if anything was accumulated "
+    "since the last step; to weigh micro-batches of any size, sum-reduce each loss and divide .grad by the "
+    "samples counted, right before the step (section 3's divide at step)."
+)
+
+
+def _stream_error(setting, err):
+    """The feedback for a loop that treated a stream as a list (``len()``, indexing, slicing), or None when the
+    error is about something else."""
+    said = describe_error(err)
+    if not isinstance(err, (TypeError, AttributeError)) or "'generator'" not in said:
+        return None
+    return wrong(
+        f"{setting}, your function raised {said}. Micro-batches that come as a stream have no len() and cannot "
+        f"be indexed or sliced: how many there are is known only when the stream ends. {_ON_A_STREAM}"
+    )
+
+
+def _explain_stream(p: _Problem, run: _LearnerRun):
+    """A loop that read a stream whole (or once to count, then again) before it trained on it."""
+    if not p.stream or run.read_ahead <= p.k + 1:
+        return None
+    return wrong(
+        f"{p.setting}, your loop took {run.read_ahead} micro-batches from the stream before running the model on "
+        "them (list(micro_batches), or a first pass to count them?): a stream is read once, as it comes, and a "
+        f"real one may not fit in memory whole; read twice, a generator is empty the second time. {_ON_A_STREAM}"
+    )
 
 
 def _explain_passes(p: _Problem, run: _LearnerRun):
@@ -221,7 +285,8 @@ def _explain_positions(p: _Problem, positions):
         return wrong(
             f"{p.setting}, your loop steps after micro-batches {shown} (counted from 1) and then stops: the last "
             f"{r} micro-batch{'es' * (r != 1)} never reach an optimizer step. Their gradient stays in .grad "
-            "and leaks into the next epoch. Step also when i + 1 == len(micro_batches)."
+            "and leaks into the next epoch. Step also after the last micro-batch: when the loop ends with "
+            "gradients accumulated since the last step."
         )
     hint = ""
     if positions[0] == 2 and p.k != 2:
@@ -262,9 +327,9 @@ def _explain_scale(p: _Problem, j, c, members):
         return wrong(
             f"{p.setting}, the last update (micro-batches {first} to {last_mb}, a group of {members}) used "
             f"{c:.3g} times the full-batch gradient: you divided its losses by k = {p.k}, but the group holds "
-            f"only {members} micro-batch{'es' * (members != 1)}. Divide by the group's real size, "
-            "min(k, n - (i // k) * k), or weigh each loss by len(x) / (samples in its group), which stays right "
-            "when micro-batches differ in size."
+            f"only {members} micro-batch{'es' * (members != 1)}. Divide by the group's real size, or sum-reduce "
+            "each loss and divide .grad, right before the step, by the samples counted since the last one: that "
+            "stays right when micro-batches differ in size, and needs no len()."
         )
     if p.k > 1 and math.isclose(c, 1 / p.k, rel_tol=1e-3):
         return wrong(
@@ -341,7 +406,8 @@ def _explain_second_epoch(p: _Problem, run: _LearnerRun):
 
 def _explain(p: _Problem, run: _LearnerRun):
     """The first mistake found, or None. (Not an ``or`` chain: a wrong Feedback is falsy.)"""
-    for explain in (lambda: _explain_passes(p, run), lambda: _explain_positions(p, run.steps.positions[0]),
+    for explain in (lambda: _explain_stream(p, run), lambda: _explain_passes(p, run),
+                    lambda: _explain_positions(p, run.steps.positions[0]),
                     lambda: _explain_grads(p, run.steps.grads[0]), lambda: _explain_second_epoch(p, run),
                     lambda: thrown_away_mistake(p.setting, run.passes)):
         fb = explain()
@@ -350,16 +416,18 @@ def _explain(p: _Problem, run: _LearnerRun):
     return None
 
 
-def _judge(train_epoch, seed, k, sizes):
+def _judge(train_epoch, seed, k, sizes, stream=False):
     """One scenario: the learner's loop first, then the full-batch reference on the same data regenerated from
     the seed, so that while the learner's code runs no frame above it holds the reference (or the last one)."""
     try:
-        run = _run_learner(train_epoch, sizes, seed, k)
+        run = _run_learner(train_epoch, sizes, seed, k, stream)
     except Exception as err:  # the learner's code: report, never raise
-        return wrong(f"With n = {len(sizes)} micro-batches and k = {k}, your function raised {describe_error(err)}")
+        setting = _setting(len(sizes), k, stream)
+        told = _stream_error(setting, err) if stream else None
+        return told if told is not None else wrong(f"{setting}, your function raised {describe_error(err)}")
     batches, model = _data(sizes, seed)
     ref, ref_model = _reference(model, batches, k)
-    problem = _Problem(k, sizes, ref)
+    problem = _Problem(k, sizes, ref, stream)
     fb = _explain(problem, run)
     if fb is not None:
         return fb
@@ -379,21 +447,22 @@ def check_training_loop(train_epoch) -> Feedback:
                             f"{_SIGNATURE}", _SIGNATURE, 5)
     if problem is not None:
         return problem
-    for k, sizes in _SCENARIOS:
-        fb = _judge(train_epoch, trust.fresh_seed(), k, sizes)  # data drawn afresh: no loop fits them in advance
+    for k, sizes, stream in _SCENARIOS:
+        fb = _judge(train_epoch, trust.fresh_seed(), k, sizes, stream)  # data drawn afresh: nothing fits in advance
         if fb is not None:
             return fb
-    tried = ", ".join(f"(n={len(sizes)}, k={k})" for k, sizes in _SCENARIOS)
+    tried = ", ".join(f"(n={len(sizes)}, k={k}{', a stream' * stream})" for k, sizes, stream in _SCENARIOS)
     return correct(
         f"your loop matches full-batch training step for step on {len(_SCENARIOS)} random problems {tried}, "
-        f"short tail groups and micro-batches of unequal sizes included, over {_EPOCHS} epochs (nothing left in "
-        ".grad leaks into the next), with one graph alive at a time: each backward() covers one micro-batch."
+        f"short tail groups, micro-batches of unequal sizes and streams whose length is known only at their end "
+        f"included, over {_EPOCHS} epochs (nothing left in .grad leaks into the next), with one graph alive at a "
+        "time: each backward() covers one micro-batch."
     )
 
 
 # --------------------------------------------------------------------------- 2. predict the step counts
 
-STEP_COUNT_TASK = {"n": 50, "k": 8}
+STEP_COUNT_TASK = {"n": 41, "k": 8}  # an n and k the notebook never prints
 
 
 def _count(condition, n, k):
@@ -421,7 +490,7 @@ def _as_list(answer):
 @never_raises
 def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT_TASK["k"]) -> Feedback:
     """``answer``: (steps of the copied loop, steps of the (i + 1) loop, steps of the correct loop) for n, k."""
-    form = "a tuple of three ints: (copied loop, (i + 1) loop, correct loop), e.g. (3, 2, 3)"
+    form = "a tuple of three ints: the steps of the copied loop, of the (i + 1) loop and of the correct loop"
     if is_unanswered(answer):
         return unanswered(form)
     items = _as_list(answer)
@@ -431,9 +500,14 @@ def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT
     answer = counts
     expected = [_count(cond, n, k) for cond in _LOOPS.values()]
     if list(answer) == expected:
+        if n < 2 or k < 3:  # the notebook's task has neither; a short message for other uses of the check
+            return correct(f"{expected[0]}, {expected[1]} and {expected[2]} steps.")
+        left, dropped = (n - 2) % k, n % k
         return correct(
-            f"{expected[0]}, {expected[1]} and {expected[2]} steps. The copied loop takes as many steps as the "
-            "correct one here, but at the wrong places: its first update uses only 2 micro-batches."
+            f"{expected[0]}, {expected[1]} and {expected[2]} steps. The copied loop's first update uses only 2 "
+            f"micro-batches, and its last step comes after micro-batch {n - 1 - left} (counted from 0), so the last "
+            f"{left} never reach a step; the (i + 1) loop leaves the last {dropped} micro-batch"
+            f"{'es' * (dropped != 1)} unstepped."
         )
     hints = []
     names = list(_LOOPS)
@@ -444,8 +518,9 @@ def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT
             hints.append(f"{name}: i runs 0..{n - 1}; (i - 1) % {k} == 0 holds at i = 1, {1 + k}, {1 + 2 * k}, ... "
                          "(not at i = 0, where (0 - 1) % k is k - 1 in Python). Count them.")
         elif name.startswith("the (i + 1)"):
+            r = n % k
             hints.append(f"{name}: it steps after each full group of {k} only, at i = {k - 1}, {2 * k - 1}, ...; "
-                         f"the last {n % k} micro-batches form no full group.")
+                         f"the last {r} micro-batch{'es' * (r != 1)} form{'s' * (r == 1)} no full group.")
         else:
             hints.append(f"{name}: one step per group of {k} consecutive micro-batches, the last group possibly "
                          f"shorter: ceil({n} / {k}).")
