@@ -218,16 +218,24 @@ EXERCISE_HEADING = re.compile(r"^(#{2,4}\s+\S|\*\*Exercise)", re.M)  # a heading
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_exercise_has_a_heading_and_a_prompt_that_says_what_its_check_enforces(path):
     nb = nbformat.read(path, as_version=4)
+    problems = []
     for ex in classroom.exercises(nb, path.parent, path.name):
         at = next(i for i, c in enumerate(nb.cells) if c.get("id") == ex.solution_id)
-        above = []
+        above = []  # the markdown back to the exercise's heading (a cell that prints the task may stand between)
         for cell in reversed(nb.cells[:at]):
-            if cell.cell_type != "markdown":
+            if cell.cell_type == "code" and ("ex.check_" in cell.source or "solution-reveal" in tags(cell)):
                 break
-            above.insert(0, cell.source)
+            if cell.cell_type == "markdown":
+                above.insert(0, cell.source)
+                if EXERCISE_HEADING.search(cell.source):
+                    break
         prompt = "\n".join(above)
-        where = f"{path.name}, the exercise of cell {ex.solution_id!r}"
-        assert EXERCISE_HEADING.search(prompt), f"{where}: no heading in the markdown right above it"
+        where = f"the exercise of cell {ex.solution_id!r}"
         words = len(re.sub(r"^#.*$", "", prompt, flags=re.M).split())
-        assert words >= 20, f"{where}: a prompt of {words} words; say what to do and what the check enforces"
-        assert re.search(r"\bcheck", prompt, re.I), f"{where}: the prompt never says what the check runs or enforces"
+        if not EXERCISE_HEADING.search(prompt):
+            problems.append(f"{where}: no heading in the markdown right above it")
+        elif words < 20:
+            problems.append(f"{where}: a prompt of {words} words; say what to do and what the check enforces")
+        elif not re.search(r"\bcheck", prompt, re.I):
+            problems.append(f"{where}: the prompt never says what the check runs or enforces")
+    assert not problems, f"{path.name}: " + "; ".join(problems)
