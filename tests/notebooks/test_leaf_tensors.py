@@ -46,8 +46,8 @@ def test_result_requires_grad_iff_any_input_does(x_rg, y_rg):
 
 
 # The decision table of section 2, each row tried on more cases than the notebook shows. Not recorded: no input
-# requires grad, an integer or boolean result, or a result PyTorch declares non-differentiable (reads only the
-# input's shape, or counts).
+# that requires grad takes part (none requires grad, or x only lends its shape, dtype and device: the *_like and
+# new_* factories), an integer or boolean result, or a result PyTorch declares not differentiable (histc).
 UNRECORDED = {
     "no input requires grad": lambda x: x.detach() * 2,
     "comparison": lambda x: x > 0,
@@ -62,6 +62,12 @@ UNRECORDED = {
     "ones_like": torch.ones_like,
     "full_like": lambda x: torch.full_like(x, 2.0),
     "new_zeros": lambda x: x.new_zeros(3),
+    "new_ones": lambda x: x.new_ones(3),
+    "new_full": lambda x: x.new_full((3,), 2.0),
+    "new_tensor": lambda x: x.new_tensor([1.0, 2.0]),
+    "empty_like": torch.empty_like,
+    "rand_like": torch.rand_like,
+    "randn_like": torch.randn_like,
     "histc (floats, declared non-differentiable)": lambda x: torch.histc(x, bins=3),
 }
 # Floating-point or complex results with a derivative formula: recorded, whether or not the value depends on x.
@@ -78,6 +84,8 @@ RECORDED = {
     "cast to complex": lambda x: x.to(torch.complex64),
     "max": lambda x: x.max(),
     "clone": lambda x: x.clone(),
+    "zero_ on a copy (an operand, overwritten)": lambda x: x.clone().zero_(),
+    "fill_ on a copy (an operand, overwritten)": lambda x: x.clone().fill_(2.0),
 }
 # Recorded with a node that has no derivative formula: the third outcome, which fails only at backward.
 RECORDED_THEN_RAISES = {
@@ -125,6 +133,37 @@ def test_recorded_results_whose_value_ignores_x_send_it_a_zero_gradient(make):
     x = torch.tensor([1.5, -0.4, 2.2], requires_grad=True)
     make(x).sum().backward()
     assert torch.equal(x.grad, torch.zeros(3))
+
+
+@pytest.mark.parametrize("values", [[1.5, -0.5, 2.0], [0.1, 0.2, 0.2, 0.9, -3.0], [-1.0, 4.0]])
+@pytest.mark.parametrize("bins", [3, 5])
+def test_histc_and_histogram_give_the_same_counts_yet_only_histogram_is_recorded(values, bins):
+    """Section 2: whether an operation without a gradient is recorded is PyTorch's entry for it, not its maths."""
+    x = torch.tensor(values, requires_grad=True)
+    counted, histogram = torch.histc(x, bins=bins), torch.histogram(x, bins=bins).hist
+    assert torch.equal(counted, histogram.detach()) and counted.is_floating_point()
+    assert counted.grad_fn is None and not counted.requires_grad
+    assert histogram.grad_fn is not None
+    with pytest.raises(RuntimeError, match="not implemented"):
+        histogram.sum().backward()
+
+
+def test_the_notebook_prints_histc_and_histogram_with_the_same_counts(capsys):
+    _notebook_namespace("exceptions", "histc-histogram")
+    histc, histogram = (line.split(":", 1)[1].strip() for line in capsys.readouterr().out.splitlines())
+    assert histogram == histc[:-1] + ", grad_fn=<NotImplemented>)"  # the same counts; only one carries a node
+
+
+def test_the_cells_a_prediction_is_asked_about_hold_no_comment_that_answers_it():
+    """Section 2's results and section 5's trap are predicted before they run: their code says nothing about
+    what comes out (no comment, no warning caught), and section 5's heading does not say the gradient is lost."""
+    cells = {c["id"]: c for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
+    source = {k: "".join(c["source"]) for k, c in cells.items()}
+    assert "#" not in source["exceptions"]
+    assert "warn" not in source["trap"] and "#" not in source["trap"]
+    assert "Predict" in source["trap-md"]
+    heading = source["trap-md"].splitlines()[0].lower()
+    assert "gradient go" not in heading and "trap" not in heading
 
 
 def _outcome(t):
@@ -311,6 +350,103 @@ def test_to_another_device_copies_and_is_not_a_leaf(device):
     assert moved is not w and not moved.is_leaf and moved.grad_fn is not None
 
 
+# ---------------------------------------------------------------- section 3: where a gradient stops
+
+
+def _notebook_namespace(*ids):
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
+    from autograd_lab import draw_graph
+
+    namespace = {"torch": torch, "draw_graph": draw_graph}
+    for cell_id in ids:
+        exec(cells[cell_id], namespace)
+    return namespace
+
+
+def _three_layers_grads(cut, how, capsys):
+    three_layers = _notebook_namespace("abc", "describe", "cut-fn")["three_layers"]
+    capsys.readouterr()  # the describe cell's own table
+    three_layers(cut=cut, how=how)
+    table = capsys.readouterr().out.splitlines()[1:]
+    rows = {line.split()[0]: line.split() for line in table}
+    return {name: rows[name][-1] != "None" for name in ("w1", "w2", "w3")}, {
+        name: rows[name][2] == "True" for name in ("h1", "h2", "loss")}
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3])
+@pytest.mark.parametrize("how", ["as usual", "under torch.no_grad()", "on h.detach()", "with its weight frozen"])
+def test_the_three_layer_chain_stops_the_gradient_as_section_3_says(cut, how, capsys):
+    """no_grad stops the gradient at the layer and everything below it, and its output is a leaf; detach stops
+    only what lies below the layer; a frozen weight gets no .grad, and every other weight still does."""
+    grads, leaves = _three_layers_grads(cut, how, capsys)
+    for layer in (1, 2, 3):
+        name = f"w{layer}"
+        if how == "under torch.no_grad()":
+            assert grads[name] == (layer > cut), (name, grads)
+        elif how == "on h.detach()":
+            assert grads[name] == (layer >= cut or cut == 1), (name, grads)  # x.detach() changes nothing
+        elif how == "with its weight frozen":
+            assert grads[name] == (layer != cut), (name, grads)
+        else:
+            assert grads[name]
+    # a leaf among h1, h2, loss: the output of a layer under no_grad, or of a first layer whose only
+    # input that could require grad, its weight, is frozen (x never requires grad)
+    output = {1: "h1", 2: "h2", 3: "loss"}[cut]
+    no_history = how == "under torch.no_grad()" or (how == "with its weight frozen" and cut == 1)
+    assert {n for n, leaf in leaves.items() if leaf} == ({output} if no_history else set())
+
+
+def _linear_chain(how):
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Linear(5, 5), torch.nn.Linear(5, 1))
+    h = layers[0](torch.randn(8, 4))
+    if how == "no_grad":
+        with torch.no_grad():
+            h = layers[1](h)
+    elif how == "detach":
+        h = layers[1](h.detach())
+    else:
+        layers[1].requires_grad_(how != "frozen")
+        h = layers[1](h)
+    layers[2](h).sum().backward()
+    return [all(p.grad is not None for p in layer.parameters()) for layer in layers]
+
+
+@pytest.mark.parametrize("how, got_grads", [
+    ("no_grad", [False, False, True]),
+    ("detach", [False, True, True]),
+    ("frozen", [True, False, True]),
+    ("as usual", [True, True, True]),
+])
+def test_the_same_cuts_in_a_model_of_linear_layers(how, got_grads):
+    """Section 3's rule on a second, different case: three nn.Linear layers, the middle one cut."""
+    assert _linear_chain(how) == got_grads
+
+
+def test_a_frozen_weight_passes_the_gradient_on_unchanged():
+    """The gradient below a frozen layer is the one it would get with the layer trainable."""
+    for frozen in (False, True):
+        w1, w2 = torch.tensor(2.0, requires_grad=True), torch.tensor(-1.0, requires_grad=not frozen)
+        (w2 * (w1 * 1.5)).backward()
+        assert w1.grad.item() == -1.5 and (w2.grad is None) == frozen
+
+
+# ---------------------------------------------------------------- section "changing a leaf in place"
+
+
+def test_the_in_place_cell_shows_its_error_and_lets_run_all_go_on(capsys):
+    """Run All must pass the cell that shows the refusal: shows_error, not a raises-exception tag."""
+    cell = next(c for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"] if c["id"] == "inplace-error")
+    assert "raises-exception" not in cell["metadata"].get("tags", [])
+    import autograd_lab
+
+    namespace = {"torch": torch, "lab": autograd_lab}
+    exec("".join(cell["source"]), namespace)  # raises nothing
+    err = capsys.readouterr().err
+    assert "RuntimeError: a leaf Variable that requires grad is being used in an in-place operation." in err
+    assert namespace["w"].is_leaf and torch.equal(namespace["w"].detach(), torch.tensor([1.0, 2.0, 3.0]))
+
+
 # ---------------------------------------------------------------- the widgets' checked twins
 
 
@@ -333,3 +469,14 @@ def test_notebook_twins_call_their_widget_function_with_the_set_values():
         assert twin_call.func.id == live_call.args[0].id
         given = {k.arg: ast.literal_eval(k.value) for k in twin_call.keywords}
         assert given == meta["set"]
+
+
+def test_the_widget_comes_after_the_question_it_helps_answer():
+    """A Predict stands before the widget's function and widget; none between the widget and its twin."""
+    cells = _cells()
+    at = {c.get("id"): i for i, c in enumerate(cells)}
+    widget = next(c for c in cells if "autograd_lab" in c.get("metadata", {}))
+    start, twin = at[widget["id"]], at[widget["metadata"]["autograd_lab"]["twin"]]
+    before = [c for c in cells[:start] if c["cell_type"] == "markdown"]
+    assert "Predict" in _source(before[-1])
+    assert not any("Predict" in _source(c) for c in cells[start:twin + 1])

@@ -64,3 +64,47 @@ def test_the_product_node_saves_the_operand_that_needs_no_gradient(build):
     kept = [t for t in saved if t is not None]
     assert len(kept) == 1 and not kept[0].requires_grad      # x (or its expansion) is kept, w is not
     assert torch.equal(kept[0], x.expand_as(kept[0]))
+
+
+def _leaf_grads():
+    from autograd_lab import draw_graph
+
+    namespace = {"torch": torch, "draw_graph": draw_graph}
+    exec(_cells(START)["try-fn"], namespace)
+    return namespace["leaf_grads"], namespace["FORMULAS"]
+
+
+def _grads(formula, x):
+    """w.grad and b.grad after backward through the notebook's formula, with w = 3 and b = 1 as its function has."""
+    make = _leaf_grads()[1][formula]
+    w, b = torch.tensor(3.0, requires_grad=True), torch.tensor(1.0, requires_grad=True)
+    make(w, torch.tensor(float(x)), b).backward()
+    return w.grad.item(), b.grad.item()
+
+
+@pytest.mark.parametrize("x", range(-3, 4))
+def test_each_leafs_grad_is_the_derivative_the_outro_names(x):
+    """w * x + b: w.grad follows x, b.grad stays put; (w + b) * x: both follow x; w * w * x + b: 2 * w * x."""
+    assert _grads("w * x + b", x) == (x, 1.0)
+    assert _grads("(w + b) * x", x) == (x, x)
+    assert _grads("w * w * x + b", x) == (2 * 3.0 * x, 1.0)
+
+
+def test_the_twin_draws_the_graph_the_widget_shows_at_its_set_values():
+    leaf_grads, formulas = _leaf_grads()
+    cells = json.loads(START.read_text())["cells"]
+    widget = next(c for c in cells if "autograd_lab" in c["metadata"])
+    assert widget["metadata"]["autograd_lab"]["set"]["formula"] in formulas
+    text = repr(leaf_grads(**widget["metadata"]["autograd_lab"]["set"]))
+    assert "leaf w | value 3. | grad -1." in text and "leaf b | value 1. | grad -1." in text
+
+
+def test_the_widget_comes_after_the_question_it_helps_answer():
+    """The Predict stands before the widget's function and the widget; nothing between widget and twin asks."""
+    cells = json.loads(START.read_text())["cells"]
+    at = {c["id"]: i for i, c in enumerate(cells)}
+    widget = next(c for c in cells if "autograd_lab" in c["metadata"])
+    start, twin = at[widget["id"]], at[widget["metadata"]["autograd_lab"]["twin"]]
+    asked = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "Predict:" in "".join(c["source"])]
+    assert asked and max(asked) < start - 1  # the question, then the function, then the widget
+    assert not any("Predict" in "".join(c["source"]) for c in cells[start:twin + 1])

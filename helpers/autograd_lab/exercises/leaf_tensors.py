@@ -136,7 +136,7 @@ RECORDING_X = "torch.tensor([1.5, -0.5, 2.0], requires_grad=True)"
 RECORDING = {
     "A": "(x > 0).float()",
     "B": "x - x.detach()",
-    "C": "torch.bincount(torch.tensor([0, 1, 1]), weights=x)",
+    "C": "x + torch.floor_divide(x, 2)",
     "D": "torch.full_like(x, 2.0)",
     "E": "torch.where(x > 0, x, 0.0)",
 }
@@ -148,11 +148,11 @@ _RECORDING_WHY = {
          "the float dtype at the end does not bring back the history the comparison cut.",
     "B": "its value is always 0, but recording never looks at values: `x` requires grad and enters the subtraction, "
          "so it is recorded, and backward sends `x` a gradient of 1 (the detached copy gets none).",
-    "C": "with `weights`, `bincount` adds up entries of `x` per bin instead of counting: a float result made from "
-         "the values of `x`, so it is recorded (unlike `histc`, declared non-differentiable), but PyTorch has no "
-         "derivative formula for it; its node is `NotImplemented`, and backward raises when it reaches it.",
-    "D": "`full_like` reads only the shape, dtype and device of `x`, never its values: PyTorch declares such "
-         "factories non-differentiable, like `zeros_like`.",
+    "C": "`x` takes part in both the addition and `floor_divide`, so both are recorded. Backward walks every "
+         "recorded path from the output back to `x`: the direct one works, but the other reaches `floor_divide`'s "
+         "node, which has no derivative formula, and backward raises there.",
+    "D": "`full_like` takes only the shape, dtype and device of `x`, never its values: `x` lends a template and "
+         "takes no part in the computation, so nothing is recorded, as for `zeros_like`.",
     "E": "the comparison inside records nothing, but `x` itself is an input of `torch.where` and the result is "
          "float: recorded, and backward works (the gradient reaches the entries where the condition held).",
 }
@@ -168,10 +168,10 @@ _RECORDING_NUDGE = {
                            "of the subtraction require grad?",
     ("B", "raises"): "a subtraction has a derivative formula (1 for the first input, -1 for the second), whatever "
                      "the inputs hold.",
-    ("C", "not recorded"): "with `weights=x`, `bincount` does not count: it adds up the values of `x` in each bin, "
-                           "a float result. Which question of the table would stop it from being recorded?",
-    ("C", "recorded"): "recorded, yes. But does PyTorch have a derivative formula for `bincount`? Run its backward, "
-                       "and look at the table's last row.",
+    ("C", "not recorded"): "walk the addition down the table: grad mode is on, `x` requires grad and takes part, "
+                           "the result is float. Does any of those answers stop it from being recorded?",
+    ("C", "recorded"): "recorded, yes, and the addition has a derivative formula. But backward walks every recorded "
+                       "path from the output back to `x`, not only the direct one: which node sits on the other?",
     ("D", "recorded"): "what does `full_like` read from `x`: its values, or only its shape? Compare `zeros_like`.",
     ("D", "raises"): "what does `full_like` read from `x`: its values, or only its shape? Compare `zeros_like`.",
     ("E", "not recorded"): "the comparison inside records nothing, but is `x` itself an input of `torch.where`?",
@@ -196,15 +196,23 @@ def _reference_recording() -> dict[str, str]:
     return {key: _recording_outcome(src) for key, src in RECORDING.items()}
 
 
+# Words that may stand around "raises" in the third outcome: "raises at backward", "recorded, then backward raises".
+_RAISES_WORDS = {"recorded", "then", "and", "but", "raises", "raise", "at", "in", "on", "during", "when", "backward",
+                 "reaches", "it"}
+
+
 def _as_outcome(value) -> str | None:
-    """One of OUTCOMES from the ways a learner may write it ("Not recorded", "recorded, then raises", ...)."""
+    """One of OUTCOMES from the ways a learner may write it ("Not recorded", "raises at backward", ...)."""
     if not isinstance(value, str):
         return None
-    words = " ".join(value.lower().replace("-", " ").replace(",", " ").replace("_", " ").split())
-    if words in ("recorded", "not recorded", "unrecorded", "raises", "raise"):
-        return {"unrecorded": "not recorded", "raise": "raises"}.get(words, words)
-    if words.startswith("recorded") and "raise" in words and "not" not in words:
-        return "raises"  # "recorded then raises", "recorded, then backward raises"
+    text = value.lower().replace("()", "")
+    for mark in "-,_.;:!":
+        text = text.replace(mark, " ")
+    words = text.split()
+    if words in (["recorded"], ["not", "recorded"], ["unrecorded"]):
+        return "recorded" if words == ["recorded"] else "not recorded"
+    if {"raises", "raise"} & set(words) and set(words) <= _RAISES_WORDS:
+        return "raises"  # "raises", "raises at backward", "recorded, then backward raises", "backward raises"
     return None
 
 
