@@ -302,7 +302,9 @@ def test_handout_page(handout_dir, path):
     folded = text.count("Worked solution: try the exercise first, then click to show")
     assert folded == len(exercises_of(path)), "every worked solution is on the page, folded"
     assert "%load solutions/" not in text, "the handout shows the solutions themselves, not the reveal cells"
-    raising = [c for c in nb.cells if "raises-exception" in c.metadata.get("tags", []) and errors(c)]
+    raising = [c for c in nb.cells if ("raises-exception" in c.metadata.get("tags", []) and errors(c))
+               or (c.cell_type == "code" and "shows_error" in c.source
+                   and any(o.get("name") == "stderr" for o in c.outputs))]
     assert text.count('class="al-expected-error"') == len(raising)
     graphs = sum("image/svg+xml" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert text.count('data-mime-type="image/svg+xml"') == graphs, "every graph is shown as SVG"

@@ -82,8 +82,8 @@ def _handout_outputs(cell) -> list:
         return [nbformat.v4.new_output("display_data", data={"text/html": note})]
     outputs = []
     for out in cell.get("outputs", []):
-        if out.output_type == "error" and "raises-exception" in tags_of(cell):
-            msg = f"{out.ename}: {out.evalue}"
+        msg = _error_on_purpose(cell, out)
+        if msg is not None:
             block = (
                 '<div class="al-expected-error"><b>This cell raises an error on purpose</b> '
                 f"(the text explains why):<pre>{html.escape(msg)}</pre></div>"
@@ -94,6 +94,20 @@ def _handout_outputs(cell) -> list:
         else:
             outputs.append(out)
     return outputs
+
+
+def _error_on_purpose(cell, out) -> str | None:
+    """``Kind: message`` of an error a cell shows on purpose: raised in a cell tagged ``raises-exception``, or
+    printed by ``with lab.shows_error():`` (its traceback on the error stream); None for any other output."""
+    if out.output_type == "error" and "raises-exception" in tags_of(cell):
+        return f"{out.ename}: {out.evalue}"
+    text = out.get("text", "") if out.output_type == "stream" and out.get("name") == "stderr" else ""
+    if "shows_error" in cell.source and text.startswith(SHOWN_ERROR):
+        return next(line for line in reversed(text.splitlines()) if line.strip())
+    return None
+
+
+SHOWN_ERROR = "Traceback (most recent call last):"  # how autograd_lab.errors.shows_error begins what it prints
 
 
 def notebook_title(nb, fallback: str) -> str:
