@@ -623,3 +623,17 @@ def test_the_core_keeps_the_boundary_predict_the_widget_the_grid_and_both_exerci
     assert {"seed-md", "seed-loop", "seed-full"} <= {c["id"] for c in optional}  # the smallest case, by hand
     assert "Predict" in "".join(next(c for c in optional if c["id"] == "seed-md")["source"])
 
+
+def test_each_exercise_prompt_says_what_its_check_runs():
+    """Exercise 1's prompt counts the check's problems, lists and streams, and epochs as the check has them;
+    exercise 2's names the n and k the check counts at."""
+    cells = {c["id"]: "".join(c["source"]) for c in _cells()}
+    words = {1: "one", 2: "two", 3: "three", 9: "nine", 12: "twelve"}
+    streams = sum(stream for _, _, stream in ex._SCENARIOS)
+    prompt = " ".join(cells["ex1-md"].split())
+    assert f"on {words[len(ex._SCENARIOS)]} random problems" in prompt
+    assert f"{words[len(ex._SCENARIOS) - streams]} handed as lists, then {words[streams]} as streams" in prompt
+    assert f"each for {words[ex._EPOCHS]} epochs" in prompt
+    assert all(not stream for _, _, stream in ex._SCENARIOS[:len(ex._SCENARIOS) - streams])  # lists first
+    n, k = ex.STEP_COUNT_TASK["n"], ex.STEP_COUNT_TASK["k"]
+    assert f"`n = {n}`, `k = {k}`" in " ".join(cells["ex2-md"].split())
