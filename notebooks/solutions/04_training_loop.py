@@ -3,7 +3,7 @@
 # stream ends inside a group, so the tail is not left in .grad: a stream tells its end only by ending, so that
 # step comes after the loop. Weigh each micro-batch by its samples without knowing the group's total in advance:
 # sum-reduce each loss (loss_fn takes a mean: times len(x) makes it a sum), count the samples as they come, and
-# divide .grad by that count right before the step (section 3's divide at step).
+# divide .grad by that count right before the step (section 2's divide at step).
 def divide_and_step(model, optimizer, samples):
     for p in model.parameters():
         p.grad /= samples                                # the summed gradient becomes the group's mean

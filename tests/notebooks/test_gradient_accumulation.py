@@ -226,7 +226,8 @@ def test_seed_recipe_steps_at_1_11_21_and_leaves_22_to_24():
 
 
 def test_the_tail_left_in_grad_moves_the_next_epochs_first_step_by_lr_times_it():
-    """The leak shown running: epoch 2's first step with epoch 1's tail in .grad, against the same from empty .grad."""
+    """Section 1's "the next epoch's first backward() adds to it": epoch 2's first step with epoch 1's tail in .grad,
+    against the same from empty .grad, moves by -lr times the tail."""
     batches = _batches(25)
     model = _train(SEED, batches, 10)
     left, clean = model.weight.grad.clone(), copy.deepcopy(model)
@@ -591,15 +592,6 @@ def test_the_boundary_predict_comes_before_anything_that_answers_it():
     assert ids.index("boundary") > ask + 1
 
 
-def test_the_leftover_in_the_next_epoch_is_shown_as_a_fact_minus_lr_times_it():
-    """The leak into epoch 2 is shown running in the optional part, as a fact, not asked after its answer."""
-    cells = {c["id"]: c for c in _cells()}
-    for cid in ("recipe-leak-next-md", "recipe-leak"):
-        assert "Predict" not in "".join(cells[cid]["source"])
-    kept, minus_lr_left = [line.split(":", 1)[1] for line in _outputs(cells["recipe-leak"]).splitlines()]
-    assert kept.strip() == minus_lr_left.strip()
-
-
 def test_no_exactly_the_full_batch_step_and_exercise_2_at_an_n_never_printed():
     cells = _cells()
     text = "\n".join(_text(c) for c in cells)
@@ -612,3 +604,36 @@ def test_no_exactly_the_full_batch_step_and_exercise_2_at_an_n_never_printed():
     assert "n=(1, 40)" in "".join(widget["source"]) and n > 40  # the widget cannot show it either
     ex2 = next(c for c in cells if c["id"] == "ex2")
     assert "e.g." not in "".join(ex2["source"]) and "e.g." not in _text(ex2)
+
+
+def _core_and_optional():
+    """The cells of the core path and those of "Going deeper", as the time count splits them."""
+    cells = _cells()
+    at = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Going deeper"))
+    return cells[:at], cells[at:]
+
+
+def test_the_core_keeps_the_boundary_predict_the_widget_the_grid_and_both_exercises():
+    """What moved into "Going deeper" to fit the core in 50 minutes is what the promise does not need: the
+    copied recipe's boundary (its Predict, the widget, the grid) and both exercises stay on the core path."""
+    core, optional = _core_and_optional()
+    core_ids = {c["id"] for c in core}
+    assert {"try-md", "widget-timeline", "twin-timeline", "boundary", "boundary-end-md",
+            "ex1", "ex1-reveal", "ex2", "ex2-reveal"} <= core_ids
+    assert {"seed-md", "seed-loop", "seed-full"} <= {c["id"] for c in optional}  # the smallest case, by hand
+    assert "Predict" in "".join(next(c for c in optional if c["id"] == "seed-md")["source"])
+
+
+def test_each_exercise_prompt_says_what_its_check_runs():
+    """Exercise 1's prompt counts the check's problems, lists and streams, and epochs as the check has them;
+    exercise 2's names the n and k the check counts at."""
+    cells = {c["id"]: "".join(c["source"]) for c in _cells()}
+    words = {1: "one", 2: "two", 3: "three", 9: "nine", 12: "twelve"}
+    streams = sum(stream for _, _, stream in ex._SCENARIOS)
+    prompt = " ".join(cells["ex1-md"].split())
+    assert f"on {words[len(ex._SCENARIOS)]} random problems" in prompt
+    assert f"{words[len(ex._SCENARIOS) - streams]} handed as lists, then {words[streams]} as streams" in prompt
+    assert f"each for {words[ex._EPOCHS]} epochs" in prompt
+    assert all(not stream for _, _, stream in ex._SCENARIOS[:len(ex._SCENARIOS) - streams])  # lists first
+    n, k = ex.STEP_COUNT_TASK["n"], ex.STEP_COUNT_TASK["k"]
+    assert f"`n = {n}`, `k = {k}`" in " ".join(cells["ex2-md"].split())

@@ -239,7 +239,7 @@ _ON_A_STREAM = (
     "Work on each micro-batch as it comes: count the micro-batches (and samples) since the last step as they "
     "arrive, step when a group of k is complete, and once more when the loop ends if anything was accumulated "
     "since the last step; to weigh micro-batches of any size, sum-reduce each loss and divide .grad by the "
-    "samples counted, right before the step (section 3's divide at step)."
+    "samples counted, right before the step (section 2's divide at step)."
 )
 
 
