@@ -52,7 +52,7 @@ def _add_into_grad(params, grads):
 
 
 def test_05_predictions_forgiving_about_spelling():
-    spelled = {"a": "Equivalent", "B": "Not Equivalent", "c": "not_equivalent", " D ": "equal",
+    spelled = {"a": "Not Equivalent", "B": "not_equivalent", "c": "Equivalent", " D ": "equal",
                "E": "only-in-distribution", "F": " equivalent "}
     assert ex05.check_predictions(spelled).passed
 
@@ -60,7 +60,7 @@ def test_05_predictions_forgiving_about_spelling():
 def test_05_predictions_all_the_same_verdict_names_each_wrong_one():
     fb = ex05.check_predictions({letter: "equivalent" for letter in ex05.SETUPS})
     assert fb.status == "wrong" and "3 of 6" in fb.message
-    for letter in ("B", "C", "E"):
+    for letter in ("A", "B", "E"):
         assert f"- {letter} is {ex05.ANSWERS[letter]}" in fb.message
 
 
@@ -325,6 +325,73 @@ def test_exercise_2_each_mistake_gets_its_hint(update, hint):
     assert fb.status == "wrong" and hint in fb.message, fb.message
 
 
+def clipping_inside(penalty, how="value", again_after=False):
+    """Clipping inside the loop, with the penalty wherever a learner may put it: its share in every micro-batch,
+    whole in every one, in the first one only, its own backward() before the loop or after it, or left out."""
+    def update(model, opt, x, y, k):
+        opt.zero_grad()
+        for i, (xb, yb) in enumerate(zip(x.tensor_split(k), y.tensor_split(k))):
+            share = len(xb) / len(x)
+            loss = F.mse_loss(model(xb), yb) * share
+            if penalty == "share":
+                loss = loss + ex05.LAM * ex05.penalty(model) * share
+            elif penalty == "every" or (penalty == "first" and i == 0):
+                loss = loss + ex05.LAM * ex05.penalty(model)
+            elif penalty == "own before" and i == 0:
+                (ex05.LAM * ex05.penalty(model)).backward()
+            loss.backward()
+            if how == "value":
+                nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
+            else:
+                nn.utils.clip_grad_norm_(model.parameters(), ex05.MAX_VALUE)
+        if penalty == "own after":
+            (ex05.LAM * ex05.penalty(model)).backward()
+        if again_after:
+            nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
+        opt.step()
+
+    return update
+
+
+@pytest.mark.parametrize("again_after", [False, True], ids=["only-inside", "inside-and-after"])
+@pytest.mark.parametrize("penalty", ["share", "every", "first", "own before", "own after", "none"])
+def test_exercise_2_clipping_inside_the_loop_is_named_whatever_the_penalty_does(penalty, again_after):
+    fb = ex05.check_accumulated_update(clipping_inside(penalty, again_after=again_after))
+    assert fb.status == "wrong" and fb.message.startswith("you clip inside the loop"), fb.message
+
+
+@pytest.mark.parametrize("penalty", ["share", "own after", "none"])
+def test_exercise_2_clipping_the_norm_inside_the_loop_is_named_whatever_the_penalty_does(penalty):
+    fb = ex05.check_accumulated_update(clipping_inside(penalty, how="norm"))
+    assert fb.status == "wrong" and "you clip the gradient's norm, inside the loop" in fb.message, fb.message
+
+
+def update_zeroing_between_micro_batches(model, opt, x, y, k):
+    """Another change of .grad between passes, not a clipping: each micro-batch wipes the previous one's gradient."""
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        opt.zero_grad(set_to_none=False)
+        _scaled_loss(model, xb, yb, x).backward()
+    nn.utils.clip_grad_value_(model.parameters(), ex05.MAX_VALUE)
+    opt.step()
+
+
+def test_exercise_2_a_change_of_grad_that_is_no_clipping_is_not_called_clipping():
+    fb = ex05.check_accumulated_update(update_zeroing_between_micro_batches)
+    assert fb.status == "wrong" and "clip" not in fb.message.split(".")[0], fb.message
+
+
+def test_exercise_2_the_watch_sees_clipping_only_between_passes():
+    touches = ex05._Watch()
+    torch.manual_seed(0)
+    for update in (ex05._variant(), ex05._variant(pen="own")):  # right: the only clipping comes after the loop
+        ex05._train(ex05._mlp, lambda p: torch.optim.SGD(p, lr=0.1),
+                    lambda m, o, x, y, update=update: update(m, o, x, y, 3), 24, 1, 0, touches)
+    assert touches.clipping_inside() is None
+    ex05._train(ex05._mlp, lambda p: torch.optim.SGD(p, lr=0.1),
+                lambda m, o, x, y: clipping_inside("own after")(m, o, x, y, 3), 24, 1, 0, touches)
+    assert touches.clipping_inside() == "value"
+
+
 def test_exercise_2_dividing_by_k_is_right_for_equal_micro_batches_only():
     assert ex05._run(ex05._mlp, ex05.full_batch_reference, buggy(scale="k"), 4) < 1e-4
     assert ex05._run(ex05._mlp, ex05.full_batch_reference, buggy(scale="k"), 5) > 1e-3
@@ -393,6 +460,17 @@ class ByHand(nn.Module):
             if self.std:
                 h = h / (h.std(dim=self.dim, keepdim=True) + 1e-5)
         return self.fc2(torch.tanh(h))
+
+
+class Functional(nn.Module):
+    """Linear(8, 16) -> ``norm(h)`` in forward -> Tanh -> Linear(16, 1)."""
+
+    def __init__(self, norm):
+        super().__init__()
+        self.fc1, self.fc2, self.norm = nn.Linear(8, 16), nn.Linear(16, 1), norm
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.norm(self.fc1(x))))
 
 
 def frozen_batchnorm():
@@ -471,6 +549,10 @@ BUILT_IN_NORM_MODELS = {
                                                       nn.Tanh(), nn.Linear(16, 1)),
     "BatchNorm frozen in eval mode": frozen_batchnorm,
     "the whole model in eval mode, BatchNorm frozen with it": lambda: frozen_batchnorm().eval(),
+    "F.layer_norm in forward": lambda: ByHand(functional=True),
+    "torch.layer_norm in forward": lambda: Functional(lambda h: torch.layer_norm(h, (16,))),
+    "F.group_norm in forward": lambda: Functional(lambda h: F.group_norm(h, 4)),
+    "F.rms_norm in forward": lambda: Functional(lambda h: F.rms_norm(h, (16,))),
 }
 
 
@@ -478,12 +560,23 @@ BUILT_IN_NORM_MODELS = {
 def test_05_models_exact_through_a_built_in_norm_layer_are_refused_with_their_hint(name):
     fb = ex05.check_normalized_model(BUILT_IN_NORM_MODELS[name])
     assert _is_wrong_with(fb, "accumulates exactly") and "write it yourself" in fb.message, fb.message
+    assert "no nn.*Norm layer and no F.*_norm function" in fb.message  # the rule the prompt states
+
+
+def test_05_the_taught_fixes_are_named_in_the_hint():
+    """LayerNorm and a frozen BatchNorm, the two fixes notebook 05 teaches: refused by the stated rule, by name."""
+    assert "torch's own nn.LayerNorm:" in ex05.check_normalized_model(layernorm_8_16).message
+    assert "nn.BatchNorm1d frozen in eval()" in ex05.check_normalized_model(frozen_batchnorm).message
+    assert "F.layer_norm" in ex05.check_normalized_model(lambda: ByHand(functional=True)).message
 
 
 RIGHT_MODELS = {
     "own module and own norm": OwnModel,
-    "F.layer_norm in forward": lambda: ByHand(functional=True),
     "normalized by hand over dim=1": lambda: ByHand(dim=1),
+    "RMS by hand": lambda: Functional(lambda h: h / h.pow(2).mean(dim=1, keepdim=True).add(1e-6).sqrt()),
+    "variance by hand, torch.var_mean": lambda: Functional(
+        lambda h: (h - torch.var_mean(h, dim=1, keepdim=True)[1])
+        / torch.var_mean(h, dim=1, keepdim=True)[0].add(1e-5).sqrt()),
     "F.normalize over each sample": lambda: nn.Sequential(nn.Linear(8, 16), Lambda(lambda h: F.normalize(h, dim=1)),
                                                           nn.Tanh(), nn.Linear(16, 1)),
     "a Dropout(0) that drops nothing": lambda: nn.Sequential(nn.Linear(8, 16), PerSampleNorm(), nn.Tanh(),

@@ -1,28 +1,30 @@
 """Notebook 05 (accumulation pitfalls): every row of its map, every rule it states with the second case that
-bounds it, and every verdict of its exercise 1, measured again.
+bounds it (clipping inside the loop, the conditions under which Adam hides a forgotten share), the picture of
+BatchNorm against LayerNorm, every verdict of its exercise 1, measured again, and the layout its exercises rely on.
 
 The harness below is written independently of the notebook's (the same experiment: one model, copies F and A,
 three batches, the same seed before each update, and F' with other seeds). If a PyTorch release changes a
-verdict or a boundary (dropout's random order, BatchNorm, Adam's eps, GradScaler's overflow, ...), a test here
+verdict or a boundary (dropout's random order, BatchNorm, Adam's eps, clipping's partial sums, ...), a test here
 fails with the case's name.
 """
 
 import copy
+import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.functional import mse_loss
 
-from autograd_lab.accumulation import check_accumulation
 from autograd_lab.exercises import accumulation_pitfalls as ex
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "05_accumulation_pitfalls.ipynb"
 
 N, D, H, K = 48, 8, 16, 4
 SAME, NOT_SAME = 1e-5, 1e-2
 LAM, MAX_NORM = 0.05, 0.2
-BF16_TOL = 4 * torch.finfo(torch.bfloat16).eps
-FP16_TOL = 4 * torch.finfo(torch.float16).eps
 
 
 def make_batches():
@@ -85,23 +87,21 @@ def l2(model):
     return sum((p**2).sum() for p in model.parameters())
 
 
-def full_update(model, opt, x, y, *, lam=0.0, max_norm=None, bf16=False, loss_scale=1.0, **_loop_only):
+def full_update(model, opt, x, y, *, lam=0.0, max_norm=None, loss_scale=1.0, **_loop_only):
     opt.zero_grad()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        loss = (mse_loss(model(x), y) + lam * l2(model)) * loss_scale
+    loss = (mse_loss(model(x), y) + lam * l2(model)) * loss_scale
     loss.backward()
     if max_norm:
         nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     opt.step()
 
 
-def accumulated(model, opt, x, y, k, *, lam=0.0, max_norm=None, bf16=False, loss_scale=1.0, share=True,
-                lam_every=False, clip_inside=False):
+def accumulated(model, opt, x, y, k, *, lam=0.0, max_norm=None, loss_scale=1.0, share=True, lam_every=False,
+                clip_inside=False):
     opt.zero_grad()
     for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
         w = len(xb) / len(x) if share else 1.0
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            data = mse_loss(model(xb), yb) * w
+        data = mse_loss(model(xb), yb) * w
         loss = (data + lam * l2(model) * (1.0 if lam_every else w)) * loss_scale
         loss.backward()
         if max_norm and clip_inside:
@@ -228,6 +228,110 @@ def test_clipping_at_0_2_acts_from_the_first_micro_batch_and_10_is_never_reached
     assert measure(plain, "SGD", max_norm=10.0, clip_inside=True, full=unclipped)[0] < SAME
 
 
+def clip_inside_and_after(grads, max_norm):
+    """``.grad`` after summing ``grads`` into one parameter with clip_grad_norm_ after every piece, and the full sum
+    clipped once, and the norms of the partial sums clip_grad_norm_ saw."""
+    p = torch.zeros_like(grads[0], requires_grad=True)
+    seen = []
+    for g in grads:
+        p.grad = g.clone() if p.grad is None else p.grad + g
+        seen.append(float(nn.utils.clip_grad_norm_([p], max_norm)))
+    inside = p.grad.clone()
+    p.grad = sum(grads).clone()
+    nn.utils.clip_grad_norm_([p], max_norm)
+    return inside, p.grad.clone(), seen
+
+
+def test_clipping_inside_the_loop_is_exact_exactly_when_no_partial_sum_before_the_last_is_above_max_norm():
+    """The rule the notebook states, on random micro-batch gradients that often cancel, with random bounds: exact
+    (to float rounding) whenever no partial sum before the last is above max_norm, off whenever one is."""
+    gen = torch.Generator().manual_seed(5)
+    exact = off = 0
+    for _ in range(400):
+        k = int(torch.randint(2, 6, (1,), generator=gen))
+        grads = [torch.randn(20, generator=gen) * float(torch.rand(1, generator=gen) * 3) for _ in range(k)]
+        partial = [float(sum(grads[: i + 1]).norm()) for i in range(k)]
+        max_norm = float(torch.rand(1, generator=gen)) * 1.2 * max(partial)
+        if any(abs(n - max_norm) < 1e-3 for n in partial):
+            continue  # a bound on a partial sum's norm: the 1e-6 in clip_grad_norm_'s factor decides, not the rule
+        inside, after, _ = clip_inside_and_after(grads, max_norm)
+        gap = float((inside - after).norm() / after.norm())
+        if max(partial[:-1]) > max_norm:
+            assert gap > 1e-4, (partial, max_norm, gap)
+            off += 1
+        else:
+            assert gap < 1e-6, (partial, max_norm, gap)
+            exact += 1
+    assert exact > 50 and off > 50
+
+
+def test_clipping_inside_the_loop_the_issues_two_counterexamples():
+    """Both ways of the old claim ("it changes exactly the updates in which clipping matters") fail: targets +3 then
+    -3 at k = 2 (a partial sum above max_norm, the full batch below it), and a growing sum clipped only at the end."""
+    torch.manual_seed(0)
+    model = plain()
+    x = BATCHES[0][0]
+    y = torch.cat([torch.full((24, 1), 3.0), torch.full((24, 1), -3.0)])
+    grads = []
+    for xb, yb in zip(x.tensor_split(2), y.tensor_split(2)):
+        model.zero_grad()
+        (mse_loss(model(xb), yb) * len(xb) / len(x)).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    first, total = float(grads[0].norm()), float(sum(grads).norm())
+    assert total < first
+    max_norm = (first + total) / 2  # the full batch does not clip, the first partial sum is clipped
+    inside, after, _ = clip_inside_and_after(grads, max_norm)
+    assert torch.equal(after, sum(grads)) and float((inside - after).norm() / after.norm()) > 0.5
+    growing = [torch.full((4,), 0.1), torch.full((4,), 0.1), torch.full((4,), 0.1)]  # norms 0.2, 0.4, 0.6
+    inside, after, seen = clip_inside_and_after(growing, 0.5)
+    assert seen[-1] > 0.5 > max(seen[:-1])
+    assert float((after - sum(growing)).norm() / sum(growing).norm()) > 0.1  # clipping matters
+    torch.testing.assert_close(inside, after, rtol=0, atol=1e-7)  # and inside the loop it is exact
+
+
+def notebook_clipping(batch, max_norm, k=K):
+    """The notebook's clipping_inside, measured here: (the norms clip_grad_norm_ saw in the loop, the full batch's
+    norm, how much clipping changes the full batch's gradient, how far clipping inside lands from it)."""
+    x, y = BATCHES[batch]
+    torch.manual_seed(0)
+    model = plain()
+    params = list(model.parameters())
+
+    def grad():
+        return torch.cat([p.grad.flatten() for p in params])
+
+    mse_loss(model(x), y).backward()
+    g = grad()
+    nn.utils.clip_grad_norm_(params, max_norm)
+    g_clipped = grad()
+    model.zero_grad()
+    seen = []
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        (mse_loss(model(xb), yb) * len(xb) / len(x)).backward()
+        seen.append(float(nn.utils.clip_grad_norm_(params, max_norm)))
+    change = float((g_clipped - g).norm() / g.norm())
+    return seen, float(g.norm()), change, float((grad() - g_clipped).norm() / g_clipped.norm())
+
+
+def test_clipping_in_the_notebook_batch_0_the_full_batch_does_not_clip_and_inside_is_off():
+    seen, full, change, off = notebook_clipping(0, 0.5)
+    assert full < 0.5 and change == 0.0
+    assert max(seen[:-1]) > 0.5 and seen.index(max(seen[:-1])) == 2  # the sum of three micro-batches
+    assert off > 0.05
+
+
+def test_clipping_in_the_notebook_batch_1_clipping_matters_and_inside_is_exact():
+    seen, full, change, off = notebook_clipping(1, 1.4)
+    assert full > 1.4 and change > 0.05
+    assert max(seen[:-1]) < 1.4 < seen[-1]  # only the finished sum is above max_norm
+    assert off < 1e-6
+
+
+def test_clipping_widget_starts_with_nothing_clipped_and_answers_fast():
+    seen, full, change, off = notebook_clipping(2, 2.0)  # the widget's first view: the function's defaults
+    assert max(seen) < 2.0 and change == 0.0 and off < 1e-6
+
+
 def test_penalty_in_every_micro_loss_is_the_full_batch_with_k_times_lambda():
     def full_k_lam(model, opt, x, y, **options):
         full_update(model, opt, x, y, lam=K * LAM)
@@ -307,10 +411,60 @@ def test_model_train_unfreezes_a_frozen_batchnorm():
     assert verdict(diff, other) == "NOT the same step"
 
 
-@pytest.mark.parametrize("weight_decay, hidden", [(0.0, True), (0.01, False), (0.1, False)])
-def test_adam_hides_a_forgotten_share_only_without_l2_weight_decay(weight_decay, hidden):
+@pytest.mark.parametrize("weight_decay, low, high", [(0.1, 1.0, 3.0), (1e-2, 1.0, 2.0), (1e-3, 0.5, 1.0),
+                                                     (1e-4, NOT_SAME, 0.05), (1e-5, SAME, NOT_SAME)])
+def test_adam_l2_weight_decay_breaks_the_hiding_by_degrees(weight_decay, low, high):
+    """Not "does not hide it at all": the smaller weight_decay, the closer Adam comes to hiding it again."""
     diff = measure(plain, adam(weight_decay=weight_decay), share=False)[0]
-    assert (diff < NOT_SAME) == hidden, diff
+    assert low < diff < high, (weight_decay, diff)
+
+
+def test_adam_l2_weight_decay_the_smaller_the_closer_to_hidden():
+    diffs = [measure(plain, adam(weight_decay=wd), share=False)[0] for wd in (1e-1, 1e-2, 1e-3, 1e-4, 1e-5)]
+    assert diffs == sorted(diffs, reverse=True)
+    assert diffs[-1] > measure(plain, "Adam", share=False)[0]  # without weight decay: closer still
+
+
+class ClipNorms:
+    """The norms clip_grad_norm_ sees in each update of F and of A (Adam, share forgotten, clipping after the loop)."""
+
+    def __init__(self, max_norm):
+        self.max_norm, self.norms = max_norm, {"F": [], "A": []}
+
+        def full(model, opt, x, y, **_):
+            opt.zero_grad()
+            mse_loss(model(x), y).backward()
+            self.norms["F"].append(float(nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
+            opt.step()
+
+        def acc(model, opt, x, y, k, **_):
+            opt.zero_grad()
+            for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+                mse_loss(model(xb), yb).backward()  # the share forgotten
+            self.norms["A"].append(float(nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
+            opt.step()
+
+        self.diff = measure(plain, "Adam", full=full, acc=acc)[0]
+        self.norms["F"] = self.norms["F"][0::2]  # measure runs F, then F' (the same here: nothing is random)
+
+    def clipped(self, run):
+        return [n > self.max_norm for n in self.norms[run]]
+
+
+def test_adam_hides_a_forgotten_share_only_when_clipping_treats_both_runs_alike():
+    """The fourth condition: with clipping after the loop, hidden when neither run is clipped (max_norm 10) or both
+    are in every update (0.2); not when A's 4 times larger gradient is clipped and F's is not (1.0)."""
+    never, always, between = ClipNorms(10.0), ClipNorms(0.2), ClipNorms(1.0)
+    assert never.clipped("F") == never.clipped("A") == [False] * 3 and SAME < never.diff < NOT_SAME
+    assert always.clipped("F") == always.clipped("A") == [True] * 3 and always.diff < SAME
+    assert between.clipped("F")[0] is False and between.clipped("A")[0] is True and between.diff > 0.1
+    assert between.norms["A"][0] == pytest.approx(K * between.norms["F"][0], rel=1e-5)
+    assert measure(plain, "Adam", share=False, max_norm=1.0)[0] == pytest.approx(between.diff, rel=1e-6)
+
+
+def test_adam_clipping_the_norm_of_fs_first_gradient_is_section_5s_batch_0():
+    """The notebook ties the two: F's first gradient (compare) and clipping_inside's full batch of batch 0."""
+    assert ClipNorms(10.0).norms["F"][0] == pytest.approx(notebook_clipping(0, 10.0)[1], rel=1e-6)
 
 
 @pytest.mark.parametrize("weight_decay", [0.01, 0.1, 1.0])
@@ -378,130 +532,43 @@ def test_two_dropout_layers_agree_on_average():
     assert one > NOT_SAME and averaged < 0.25 * one
 
 
-# ------------------------------------------------------------------ mixed precision
-
-
-def test_bf16_autocast_accumulates_within_bf16_rounding_and_about_as_far_as_bf16_itself():
-    diff, _, _, _ = measure(plain, "SGD", bf16=True)
-    assert diff < BF16_TOL
-
-    def bf16_full(model, opt, x, y, k, **options):
-        full_update(model, opt, x, y, bf16=True)
-
-    fmt, _, _, _ = measure(plain, "SGD", acc=bf16_full)
-    assert diff < 5 * fmt
-
-
-def test_bfloat16_underflows_about_where_float32_does_and_float16_much_earlier():
-    tiny = torch.tensor([1e-8, 1e-30, 1e-41, 1e-46], dtype=torch.float64)
-    kept = {dt: [bool(v != 0) for v in tiny.to(dt)] for dt in (torch.float32, torch.bfloat16, torch.float16)}
-    assert kept[torch.float32] == [True, True, True, False]
-    assert kept[torch.bfloat16] == [True, True, False, False]  # not never: below float32's normal range
-    assert kept[torch.float16] == [False, False, False, False]
-    assert torch.finfo(torch.bfloat16).smallest_normal == torch.finfo(torch.float32).smallest_normal
-
-
-def fp16_update(model, opt, x, y, k, scaler):
-    opt.zero_grad()
-    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = mse_loss(model(xb), yb) * len(xb) / len(x)
-        scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
-
-
-def fp16_run(k, init_scale):
-    torch.manual_seed(0)
-    model, scaler = plain(), torch.amp.GradScaler("cpu", init_scale=init_scale)
-    opt = OPTIMIZERS["SGD"](model.parameters())
-    for x, y in BATCHES:
-        fp16_update(model, opt, x, y, k, scaler)
-    return model, scaler.get_scale()
-
-
-def test_fp16_a_fresh_scaler_skips_a_full_batch_step_and_a_settled_one_matches():
-    torch.manual_seed(0)
-    start = torch.cat([p.detach().flatten().clone() for p in plain().parameters()])
-    (f, sf), (a, sa) = fp16_run(1, 2.0**16), fp16_run(K, 2.0**16)
-    assert sf == 2.0**15 and sa == 2.0**16 and relative(a, f, start) > 1.0
-    (f, sf), (a, sa) = fp16_run(1, 2.0**10), fp16_run(K, 2.0**10)
-    assert sf == sa == 2.0**10 and relative(a, f, start) < FP16_TOL
-
-
-def test_fp16_the_skipped_step_is_a_float16_sum_over_48_samples_that_overflows():
-    """At update 2 the last bias's scaled float16 gradient over 48 samples is inf, each 12-sample piece is
-    finite, and only their float32 sum exceeds float16's range."""
-    torch.manual_seed(0)
-    model, scaler = plain(), torch.amp.GradScaler("cpu", init_scale=2.0**16)
-    fp16_update(model, OPTIMIZERS["SGD"](model.parameters()), *BATCHES[0], 1, scaler)
-    assert scaler.get_scale() == 2.0**16  # update 1 stepped
-    x, y = BATCHES[1]
-
-    def bias_grad(xb, yb):
-        model.zero_grad()
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = mse_loss(model(xb), yb) * len(xb) / len(x)
-        scaler.scale(loss).backward()
-        return model[4].bias.grad.item()
-
-    fp16_max = torch.finfo(torch.float16).max
-    assert abs(bias_grad(x, y)) == float("inf")
-    not_finite = [n for n, p in model.named_parameters() if not p.grad.isfinite().all()]
-    assert not_finite == ["4.bias"]  # the notebook prints it: the last bias, and only it
-    pieces = [bias_grad(xb, yb) for xb, yb in zip(x.tensor_split(K), y.tensor_split(K))]
-    assert all(abs(p) < fp16_max for p in pieces) and abs(sum(pieces)) > fp16_max
-
-
-# ------------------------------------------------------------------ the audit
-
-
-def test_audit_names_batchnorm_and_dropout():
-    x, y = BATCHES[0]
-    torch.manual_seed(0)
-    report = check_accumulation(batchnorm(), nn.MSELoss(), x, y, k=K)
-    assert not report.agree and report.causes[0].startswith("BatchNorm")
-    assert any("num_batches_tracked" in b for b in report.buffers_differ)
-    torch.manual_seed(0)
-    assert check_accumulation(layernorm(), nn.MSELoss(), x, y, k=K).agree
-    torch.manual_seed(0)
-    report = check_accumulation(dropout_twice(), nn.MSELoss(), x, y, k=K)
-    assert not report.agree and report.causes[0].startswith("dropout")
-
-
 # ------------------------------------------------------------------ exercise 1's answer key: every set-up measured
 
 
-class Net(nn.Module):
-    """Linear -> middle -> Tanh -> Linear -> Tanh -> Linear, with optional noise on both hidden layers."""
-
-    def __init__(self, middle=lambda h: h, noise=False):
-        super().__init__()
-        self.fc1, self.fc2, self.fc3 = nn.Linear(D, H), nn.Linear(H, H), nn.Linear(H, 1)
-        self.middle, self.noise = middle, noise
-
-    def forward(self, x):
-        h = torch.tanh(self.middle(self.fc1(x)))
-        if self.noise and self.training:
-            h = h + 0.1 * torch.randn_like(h)
-        h = torch.tanh(self.fc2(h))
-        if self.noise and self.training:
-            h = h + 0.1 * torch.randn_like(h)
-        return self.fc3(h)
-
-
-def clip_value_full(model, opt, x, y, **_):
+def worst_error_full(model, opt, x, y, **_):
     opt.zero_grad()
-    mse_loss(model(x), y).backward()
-    nn.utils.clip_grad_value_(model.parameters(), 0.01)
+    (model(x) - y).abs().max().backward()
     opt.step()
 
 
-def clip_value_inside(model, opt, x, y, k, **_):
+def worst_error_accumulated(model, opt, x, y, k, **_):
     opt.zero_grad()
     for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
-        (mse_loss(model(xb), yb) * len(xb) / len(x)).backward()
-        nn.utils.clip_grad_value_(model.parameters(), 0.01)
+        ((model(xb) - yb).abs().max() * len(xb) / len(x)).backward()
+    opt.step()
+
+
+def mix(t):
+    return 0.5 * (t + t.roll(1, dims=0))
+
+
+def mixed_full(model, opt, x, y, **_):
+    opt.zero_grad()
+    mse_loss(model(mix(x)), mix(y)).backward()
+    opt.step()
+
+
+def mixed_accumulated(model, opt, x, y, k, **_):
+    opt.zero_grad()
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        (mse_loss(model(mix(xb)), mix(yb)) * len(xb) / len(x)).backward()
+    opt.step()
+
+
+def random_cut(model, opt, x, y, k, **_):
+    opt.zero_grad()
+    for idx in torch.randperm(len(x)).tensor_split(k):
+        (mse_loss(model(x[idx]), y[idx]) * len(idx) / len(x)).backward()
     opt.step()
 
 
@@ -513,33 +580,57 @@ def penalty_once(model, opt, x, y, k, **_):
     opt.step()
 
 
-def in_distribution(make_model):
-    """'only in distribution' when one seed differs but the first update's gradient agrees on average."""
-    gf, ga = first_update_grads(make_model, 1, 128), first_update_grads(make_model, K, 128)
-    one = float((ga[0] - gf[0]).abs().max() / gf[0].abs().max())
-    averaged = float((ga.mean(0) - gf.mean(0)).abs().max() / gf[0].abs().max())
-    return one > NOT_SAME and averaged < 0.25 * one
+def noisy(t):
+    return t + 0.1 * torch.randn_like(t)
+
+
+def noise_grads(k, seeds):
+    """The first update's gradient with set-up E's noise, for each seed: k = 1 is the full batch."""
+    torch.manual_seed(0)
+    model = plain()
+    x, y = BATCHES[0]
+    out = []
+    for seed in range(seeds):
+        model.zero_grad()
+        torch.manual_seed(seed)
+        for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+            xn = noisy(xb)
+            (mse_loss(model(xn), noisy(yb)) * len(xb) / len(x)).backward()
+        out.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    return torch.stack(out)
+
+
+def noise_full(model, opt, x, y, **_):
+    opt.zero_grad()
+    xn = noisy(x)
+    mse_loss(model(xn), noisy(y)).backward()
+    opt.step()
+
+
+def noise_accumulated(model, opt, x, y, k, **_):
+    opt.zero_grad()
+    for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
+        xn = noisy(xb)
+        (mse_loss(model(xn), noisy(yb)) * len(xb) / len(x)).backward()
+    opt.step()
 
 
 def setup_verdict(letter):
     """Measure set-up ``letter`` of ex.SETUPS (k = 4) and return its verdict in the exercise's words."""
-    sgd = "SGD"
     if letter == "A":
-        diff = measure(lambda: Net(lambda h: F.normalize(h, dim=1)), sgd)[0]
+        diff = measure(plain, "SGD", full=worst_error_full, acc=worst_error_accumulated)[0]
     elif letter == "B":
-        diff = measure(lambda: Net(lambda h: h - h.mean(dim=0)), sgd)[0]
+        diff = measure(plain, "SGD", full=mixed_full, acc=mixed_accumulated)[0]
     elif letter == "C":
-        torch.manual_seed(0)
-        model = plain()
-        mse_loss(model(BATCHES[0][0]), BATCHES[0][1]).backward()
-        entries = torch.cat([p.grad.abs().flatten() for p in model.parameters()])
-        assert (entries > 0.01).float().mean() > 0.25  # "many entries of the gradient are larger than 0.01"
-        diff = measure(plain, sgd, full=clip_value_full, acc=clip_value_inside)[0]
+        diff = measure(plain, "SGD", acc=random_cut)[0]
     elif letter == "D":
-        diff = measure(plain, sgd, full=lambda m, o, x, y: full_update(m, o, x, y, lam=LAM), acc=penalty_once)[0]
+        diff = measure(plain, "SGD", full=lambda m, o, x, y: full_update(m, o, x, y, lam=LAM), acc=penalty_once)[0]
     elif letter == "E":
-        diff, other, _, _ = measure(lambda: Net(noise=True), "AdamW")
-        if verdict(diff, other) == "as far as other random numbers" and in_distribution(lambda: Net(noise=True)):
+        diff, other, _, _ = measure(plain, "AdamW", full=noise_full, acc=noise_accumulated)
+        gf, ga = noise_grads(1, 128), noise_grads(K, 128)
+        one = float((ga[0] - gf[0]).abs().max() / gf[0].abs().max())
+        averaged = float((ga.mean(0) - gf.mean(0)).abs().max() / gf[0].abs().max())
+        if verdict(diff, other) == "as far as other random numbers" and one > NOT_SAME and averaged < 0.25 * one:
             return "only in distribution"
     elif letter == "F":
         diff = measure(plain, "SGD", share=False, acc=lr_over_k)[0]
@@ -570,3 +661,67 @@ def test_exercise_1_lr_over_k_also_holds_with_momentum_and_not_with_weight_decay
         lr_over_k(model, opt, x, y, k, base_lr=0.01, **options)
 
     assert measure(plain, "Adam", share=False, acc=adam_lr_over_k)[0] > NOT_SAME
+
+
+# ------------------------------------------------------------------ the picture: BatchNorm joins the samples
+
+
+@pytest.mark.parametrize("norm, others_move", [(nn.BatchNorm1d, True), (nn.LayerNorm, False)])
+def test_sample_1s_output_moves_with_the_other_samples_only_through_batchnorm(norm, others_move):
+    for seed in range(3):  # the notebook's seed, and others
+        torch.manual_seed(seed)
+        batch = torch.randn(3, 2)
+        model = nn.Sequential(nn.Linear(2, 3), norm(3), nn.Linear(3, 1)).requires_grad_(False)
+        samples = batch.clone().requires_grad_()
+        model(samples)[0].backward()
+        rows = samples.grad.abs().sum(dim=1)
+        assert rows[0] > 0
+        assert bool((rows[1:] > 1e-4).all()) if others_move else bool((rows[1:] == 0).all()), (seed, rows)
+
+
+# ------------------------------------------------------------------ the notebook's layout: predictions, exercises
+
+
+def cells():
+    return json.loads(NOTEBOOK.read_text())["cells"]
+
+
+def source(cell):
+    return "".join(cell["source"])
+
+
+def test_no_label_above_the_maps_predict_gives_a_verdict_away():
+    """From the experiment to the map's rows: no label calls a row a fix, a mistake or a bug."""
+    ids = [c["id"] for c in cells()]
+    text = "\n".join(source(c) for c in cells()[ids.index("exp-md"):ids.index("summary") + 1])
+    for word in ("fix", "wrongly", "never reached", "mistake", "bug"):
+        assert word not in text.lower(), word
+
+
+def test_the_clipping_widget_comes_after_its_predict_and_before_the_cells_that_answer_it():
+    ids = [c["id"] for c in cells()]
+    predict = next(i for i, c in enumerate(cells()) if c["id"] == "clip-md")
+    assert "Predict" in source(cells()[predict])
+    order = [ids.index(name) for name in ("widget-clip", "twin-clip", "clip-exact", "clip-after")]
+    assert predict < order[0] and order == sorted(order)
+    meta = cells()[ids.index("widget-clip")]["metadata"]["autograd_lab"]
+    assert meta == {"twin": "twin-clip", "set": {"batch": 0, "max_norm": 0.5}}
+    assert source(cells()[ids.index("twin-clip")]).strip() == "clipping_inside(batch=0, max_norm=0.5)"
+
+
+def test_every_exercise_has_a_heading_and_a_prompt_and_exercise_3_states_its_rule():
+    all_cells = cells()
+    for i, c in enumerate(all_cells):
+        if c["cell_type"] == "code" and re.search(r"\bex\.check_\w+\(", source(c)) and "%load" not in source(c):
+            prompt = next(source(p) for p in reversed(all_cells[:i]) if p["cell_type"] == "markdown")
+            assert re.search(r"^### Exercise \d", prompt, re.M), c["id"]
+    ex3 = next(source(p) for p in all_cells if p["id"] == "ex3-md")
+    for rule in ("yourself", "nn.LayerNorm", "frozen in `eval()`", "F.layer_norm", "refused"):
+        assert rule in ex3, rule
+
+
+def test_the_notebook_no_longer_says_what_the_issue_found_wrong():
+    text = "\n".join(source(c) for c in cells() if c["cell_type"] == "markdown")
+    assert "exactly the updates in which clipping matters" not in text
+    assert "three things" not in text and "four things" in text
+    assert "does not hide it at all" not in text

@@ -45,14 +45,17 @@ LAM, MAX_VALUE = 0.05, 0.05  # exercise 2: penalty strength, the bound clip_grad
 VERDICTS = ("equivalent", "not equivalent", "only in distribution")
 
 SETUPS = {
-    "A": "SGD; after the first Linear: h = F.normalize(h, dim=1)",
-    "B": "SGD; after the first Linear: h = h - h.mean(dim=0)",
-    "C": "SGD; nn.utils.clip_grad_value_(model.parameters(), 0.01) after every micro-batch's backward(); at the "
-    "start many entries of the gradient are larger than 0.01",
+    "A": "SGD; the loss is the largest error among the samples the model is given, (out - y).abs().max(), instead "
+    "of the mean squared error",
+    "B": "SGD; a mixing augmentation: each sample averaged with the one before it in its batch, "
+    "x = 0.5 * (x + x.roll(1, dims=0)) and the same for y, applied to each micro-batch (the full batch: to the "
+    "whole batch)",
+    "C": "SGD; each update cuts its batch at random: idx = torch.randperm(48).tensor_split(4), and micro-batch j is "
+    "x[idx[j]], y[idx[j]] (a new permutation every update)",
     "D": "SGD; the penalty lam * penalty(model) left out of the micro-batch losses and given a backward() of its own, "
     "once per update, after the micro-batch loop",
-    "E": "AdamW; Gaussian noise added to the output of both hidden layers in training: "
-    "h = h + 0.1 * torch.randn_like(h)",
+    "E": "AdamW; noise as augmentation, drawn in the loop for each micro-batch: xb + 0.1 * torch.randn_like(xb), then "
+    "yb + 0.1 * torch.randn_like(yb) (the full batch: the same for the whole x, then the whole y)",
     "F": "SGD without momentum or weight decay, batches of 48 samples; the share forgotten, and the learning rate "
     "divided by k instead",
 }
@@ -60,25 +63,29 @@ SETUPS = {
 # The verdict of each set-up at k = 4. Typed here as an answer key; the notebook tests run every
 # set-up and fail if a PyTorch release changes one.
 ANSWERS = {
-    "A": "equivalent",
+    "A": "not equivalent",
     "B": "not equivalent",
-    "C": "not equivalent",
+    "C": "equivalent",
     "D": "equivalent",
     "E": "only in distribution",
     "F": "equivalent",
 }
 
 _WHY = {
-    "A": "F.normalize(h, dim=1) divides each sample's hidden vector by its own length: no sample sees another, "
-    "like LayerNorm.",
-    "B": "h.mean(dim=0) is a mean over the batch, the part of BatchNorm that breaks accumulation: each micro-batch "
-    "takes off its own mean, so every sample's output depends on which micro-batch it is in.",
-    "C": "clipping by value is not linear either: clamping each partial sum is not clamping the finished "
-    "gradient. Clip once, after the loop.",
+    "A": "the largest error is taken over the samples the model is given: the full batch's worst sample is one of "
+    "48, each micro-batch's is one of 12, and the shares of four maxima are not the maximum. Like BatchNorm, the "
+    "loss looks across the samples of a batch; a mean of per-sample losses does not.",
+    "B": "x.roll(1, dims=0) pairs each sample with the one before it in the batch it is given: the first sample of "
+    "every micro-batch is paired with the last of its own micro-batch, where the full batch pairs it with the "
+    "sample before it: four of the 48 mixed samples differ, so the inputs themselves do. The augmentation looks "
+    "across the samples of a batch.",
+    "C": "which samples go into which micro-batch does not matter: each one's loss is computed on its own and enters "
+    ".grad with its weight 1 / N whatever micro-batch holds it, so the sum over micro-batches is the full-batch "
+    "gradient for any cut. The permutation is random; the step is not (up to float rounding).",
     "D": "the penalty's gradient enters .grad exactly once per update, as in the full batch: one backward() of "
     "its own adds it, whatever k is.",
-    "E": "the noise is drawn in another order (layer 1 and 2 alternate per micro-batch), so one seed gives other "
-    "noise; every draw has the same distribution, so the average over seeds agrees.",
+    "E": "the noise is drawn in another order (x-noise and y-noise alternate per micro-batch), so one seed gives "
+    "other noise; every draw has the same distribution, so the average over seeds agrees.",
     "F": "48 samples in k = 4 micro-batches of 12: equal micro-batches, so .grad is k times the full-batch gradient, "
     "and plain SGD's step is lr * .grad, so lr / k gives the same step. (With momentum alone it still would; weight "
     "decay, Adam or clipping would see the k. With unequal micro-batches, k = 5 of 10, 10, 10, 9, 9, it would not: "
@@ -120,9 +127,10 @@ def check_predictions(answer) -> Feedback:
     wrong_keys = [k for k in SETUPS if _normalize_verdict(keys[k]) != ANSWERS[k]]
     if not wrong_keys:
         return correct(
-            f"all {len(SETUPS)}. Accumulation is exact when nothing looks across the samples of a batch (a mean "
-            "over dim=0 does), nothing non-linear acts on the partial sums (clipping of either kind), everything "
-            "reaches .grad with the full batch's weight, and every random draw happens in the same order."
+            f"all {len(SETUPS)}. Accumulation is exact when nothing looks across the samples of a batch (a maximum, "
+            "a neighbour, a statistic over it), everything reaches .grad with the full batch's weight (however the "
+            "batch is cut), nothing non-linear acts on the partial sums, and every random draw happens in the same "
+            "order."
         )
     lines = [f"- {k} is {ANSWERS[k]}: {_WHY[k]}" for k in wrong_keys]
     count = len(wrong_keys)
@@ -191,27 +199,87 @@ def _train(make_model, make_opt, update, n, updates, seed, watch=None):
     return model
 
 
+class _GradTouches:
+    """What an update does to ``.grad`` between the passes of its micro-batches: each parameter's ``.grad`` as one
+    backward() left it, against what the next backward() finds there after a new forward pass of the model
+    (``layer``, its last layer, through which every forward pass goes). Clipping inside the loop changes it in
+    between; a loop that only accumulates leaves it alone, and clipping after the loop, before a penalty's own
+    backward() (no forward pass), is not inside it. ``changes`` holds (left, found) pairs."""
+
+    def __init__(self, params, layer=None):
+        params = list(params)
+        self.left, self.changes, self.handles, self.fresh = {}, [], [], set()
+        for p in params:
+            self.handles.append(p.register_hook(lambda grad, p=p: self._arriving(p)))
+            self.handles.append(p.register_post_accumulate_grad_hook(self._accumulated))
+        if layer is not None and params:
+            self.handles.append(layer.register_forward_pre_hook(lambda *args: self.fresh.update(params)))
+
+    def _accumulated(self, p):
+        self.left[p] = p.grad.detach().clone()
+        self.fresh.discard(p)
+
+    def _arriving(self, p):  # a new gradient for p, before it is added: .grad still holds what was there
+        left, found = self.left.pop(p, None), p.grad
+        if p in self.fresh and left is not None and found is not None and not equal(left, found):
+            self.changes.append((left, found.detach().clone()))
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+    def kind(self) -> str | None:
+        """"value" or "norm" when every change between two passes looks like clipping of that kind, else None."""
+        if not self.changes:
+            return None
+        if all(_clamped(left, found) for left, found in self.changes):
+            return "value"
+        if all(_shrunk(left, found) for left, found in self.changes):
+            return "norm"
+        return None
+
+
+def _clamped(left, found) -> bool:
+    """``found`` is ``left`` with its entries clamped to a bound (the largest entry of ``found``), some of them cut."""
+    bound = float(found.abs().max())
+    return bound > 0 and equal(found, left.clamp(-bound, bound)) and bool((left.abs() > bound).any())
+
+
+def _shrunk(left, found) -> bool:
+    """``found`` is ``left`` multiplied by one factor between 0 and 1."""
+    scale = float(found.norm() / left.norm()) if float(left.norm()) > 0 else 0.0
+    return 0 < scale < 1 and float((found - scale * left).abs().max()) <= 1e-6 * (1 + float(left.abs().max()))
+
+
 class _Watch:
     """Watches each update of a run: its passes (a ``PassLog``, on the model's last layer, through which every
-    forward pass goes, so ``model.forward(x)`` is seen as ``model(x)`` is) and how many times it stepped.
-    ``hooks=False`` watches at the dispatcher only (``record_passes``): the runs whose parameters are judged carry
-    no hook the learner's code could look for, and the dispatcher still sees a full batch."""
+    forward pass goes, so ``model.forward(x)`` is seen as ``model(x)`` is), how many times it stepped, and what
+    happened to ``.grad`` between its passes (a ``_GradTouches``). ``hooks=False`` watches at the dispatcher only
+    (``record_passes``): the runs whose parameters are judged carry no hook the learner's code could look for,
+    and the dispatcher still sees a full batch."""
 
     def __init__(self, hooks: bool = True):
         self.hooks = hooks
-        self.logs, self.steps = [], []
+        self.logs, self.steps, self.touches = [], [], []
 
     @contextlib.contextmanager
     def __call__(self, model, opt):
         steps = []
         handle = opt.register_step_post_hook(lambda *args: steps.append(1))
+        touches = _GradTouches(model.parameters() if self.hooks else (), model[-1])
         try:
             with record_passes(model[-1], hooks=self.hooks) as log:
                 yield
         finally:
             handle.remove()
+            touches.remove()
         self.logs.append(log)
         self.steps.append(len(steps))
+        self.touches.append(touches)
+
+    def clipping_inside(self) -> str | None:
+        """How the watched updates clipped ``.grad`` between passes ("value", "norm"), or None."""
+        return next((kind for kind in (t.kind() for t in self.touches) if kind is not None), None)
 
 
 # ---------------------------------------------------------------- exercise 2: write the accumulated update
@@ -263,19 +331,18 @@ def _variant(*, clip="after", how="value", pen="scaled", scale="share", step="on
     return update
 
 
+_CLIPPED_INSIDE = {
+    "value": "you clip inside the loop: .grad is clamped between one backward() and the next. Clipping by value is "
+    "not linear: clamping a partial sum is not clamping the finished .grad. Clip once, after the loop (after the "
+    "penalty's own backward(), if it has one), right before opt.step().",
+    "norm": "you clip the gradient's norm, inside the loop: .grad shrinks between one backward() and the next. The "
+    "reference clips each entry by value, and once, after the loop (clipping either way is not linear, so it must "
+    "see the finished .grad): nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE) right before opt.step().",
+}
+
 _DIAGNOSES = [
-    (
-        dict(clip="inside"),
-        "you clip inside the loop, after each micro-batch's backward(). Clipping by value is not linear: "
-        "clamping each partial sum is not clamping the finished .grad. Clip once, after the loop, right before "
-        "opt.step().",
-    ),
-    (
-        dict(clip="inside", how="norm"),
-        "you clip the gradient's norm, inside the loop: the reference clips each entry by value, and once, after "
-        "the loop (clipping either way is not linear, so it must see the finished .grad): "
-        "nn.utils.clip_grad_value_(model.parameters(), ex.MAX_VALUE) right before opt.step().",
-    ),
+    (dict(clip="inside"), _CLIPPED_INSIDE["value"]),
+    (dict(clip="inside", how="norm"), _CLIPPED_INSIDE["norm"]),
     (
         dict(how="norm"),
         "you clip the gradient's norm; the reference clips each entry by value: "
@@ -436,8 +503,9 @@ def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
         if fb is None and diff == math.inf:
             fb = wrong(f"with k = {k}, after your update some parameters are NaN or infinite: the update must leave "
                        "them where the full-batch update does, finite numbers.")
-        if fb is None and diff >= tol:
-            fb = _explain_miss(answer, k, diff, tol)
+        if fb is None and diff >= tol:  # clipping between passes is named first, whatever else the loop does
+            kind = watch.clipping_inside()
+            fb = wrong(_CLIPPED_INSIDE[kind]) if kind is not None else _explain_miss(answer, k, diff, tol)
         if fb is None:
             fb = next((f for f in (thrown_away_mistake(f"With k = {k}", log) for log in watch.logs) if f is not None),
                       None)
@@ -599,10 +667,39 @@ def _explain_random(calls, draws):
     )
 
 
+_NORM_FUNCTIONS = ("layer_norm", "group_norm", "rms_norm", "batch_norm", "instance_norm", "local_response_norm")
+
+
+class _NormFunctions(torch.overrides.TorchFunctionMode):
+    """Notes torch's normalization functions a forward pass calls (``F.layer_norm``, ``torch.group_norm``, ...):
+    the ones torch's nn.*Norm layers call, and that a forward can call directly."""
+
+    def __init__(self):
+        super().__init__()
+        self.called = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in _NORM_FUNCTIONS and name not in self.called:
+            self.called.append(name)
+        return func(*args, **(kwargs or {}))
+
+
 def _built_in_norm(model):
-    """The class name of the first nn.*Norm layer (LayerNorm, BatchNorm, ...) a forward pass calls, or None."""
+    """torch's own normalization in the model's forward pass: "nn.LayerNorm" (a layer, BatchNorm frozen in eval()
+    included), "F.layer_norm" (a function called in a forward), or None: it normalizes with tensor operations."""
     calls, _, _ = _leaf_calls(model, _probe())
-    return next((type(m).__name__ for m, _, _ in calls if isinstance(m, _BUILT_IN_NORMS)), None)
+    layer = next((m for m, _, _ in calls if isinstance(m, _BUILT_IN_NORMS)), None)
+    if layer is not None:
+        frozen = " frozen in eval()" if isinstance(layer, _BATCH_NORMS) and not layer.training else ""
+        return f"nn.{type(layer).__name__}{frozen}"
+    functions, state = _NormFunctions(), torch.get_rng_state()
+    try:
+        with torch.enable_grad(), functions:
+            model(_probe())
+    finally:
+        torch.set_rng_state(state)
+    return f"F.{functions.called[0]}" if functions.called else None
 
 
 def _explain_mixing(model):
@@ -645,10 +742,11 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
     accumulated update (k = 4, the model as ``answer`` returns it) equals the full-batch update.
 
     A normalization is recognised by what it does: scaling the first Linear's output leaves the model's output
-    unchanged (F.layer_norm or one written by hand in ``forward``; torch's LayerNorm, GroupNorm and RMSNorm do
-    too), or it is a BatchNorm frozen in eval mode, which normalizes with stored statistics. The exercise asks
-    for the normalization written by hand: a model that accumulates exactly through an nn.*Norm layer is
-    refused with a hint saying so."""
+    unchanged (one written by hand in ``forward``; torch's LayerNorm, GroupNorm and RMSNorm do too), or it is a
+    BatchNorm frozen in eval mode, which normalizes with stored statistics. The exercise asks for the
+    normalization written by hand, as its prompt says: a model that accumulates exactly through torch's own
+    normalization (an nn.*Norm layer, a frozen BatchNorm included, or an F.*_norm function such as F.layer_norm)
+    is refused with a hint saying so."""
     if is_unanswered(answer):
         return unanswered("your model-building function (its name, without parentheses)")
     if isinstance(answer, nn.Module):
@@ -683,11 +781,13 @@ def check_normalized_model(answer, *, tol: float = 1e-5) -> Feedback:
         diff = _run(answer, full, accumulated, 4)
     except Exception as err:
         return wrong(f"training your model raised {describe_error(err)}")
-    if diff < tol and _built_in_norm(model) is not None:
+    library = _built_in_norm(model) if diff < tol else None
+    if library is not None:
         return wrong(
-            f"your model accumulates exactly, but its normalization is torch's nn.{_built_in_norm(model)}: the "
-            "exercise asks you to write it yourself, in a forward, with torch operations (a mean and a standard "
-            "deviation over each sample's 16 hidden units)."
+            f"your model accumulates exactly, but its normalization is torch's own {library}: torch's "
+            "normalizations are the fixes the notebook already named. This exercise asks you to write it yourself: "
+            f"tensor operations in a forward of your own (such as a mean and a spread of the {HIDDEN} hidden units, "
+            "over the right dimension), no nn.*Norm layer and no F.*_norm function."
         )
     if diff < tol:
         return correct(
