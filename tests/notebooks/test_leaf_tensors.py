@@ -138,7 +138,7 @@ def test_recorded_results_whose_value_ignores_x_send_it_a_zero_gradient(make):
 @pytest.mark.parametrize("values", [[1.5, -0.5, 2.0], [0.1, 0.2, 0.2, 0.9, -3.0], [-1.0, 4.0]])
 @pytest.mark.parametrize("bins", [3, 5])
 def test_histc_and_histogram_give_the_same_counts_yet_only_histogram_is_recorded(values, bins):
-    """Section 2: whether an operation without a gradient is recorded is PyTorch's entry for it, not its maths."""
+    """Going deeper: whether an operation without a gradient is recorded is PyTorch's entry for it, not its maths."""
     x = torch.tensor(values, requires_grad=True)
     counted, histogram = torch.histc(x, bins=bins), torch.histogram(x, bins=bins).hist
     assert torch.equal(counted, histogram.detach()) and counted.is_floating_point()
@@ -149,7 +149,8 @@ def test_histc_and_histogram_give_the_same_counts_yet_only_histogram_is_recorded
 
 
 def test_the_notebook_prints_histc_and_histogram_with_the_same_counts(capsys):
-    _notebook_namespace("exceptions", "histc-histogram")
+    """The cell stands in Going deeper, after section 5 has reused the name x: it makes section 2's x itself."""
+    _notebook_namespace("histc-histogram")
     histc, histogram = (line.split(":", 1)[1].strip() for line in capsys.readouterr().out.splitlines())
     assert histogram == histc[:-1] + ", grad_fn=<NotImplemented>)"  # the same counts; only one carries a node
 
