@@ -321,7 +321,9 @@ def _value_problem(w: torch.Tensor, seen: list) -> Feedback | None:
     if not torch.isfinite(values).all():
         return wrong(f"your weights contain {values.tolist()}: not all finite numbers. "
                      "Draw them with torch.rand(3) * 0.01.")
-    if values.min() < _LOW or values.max() >= _HIGH:
+    # rand() * 0.01 just below 0.01 rounds up to it, or past it, in a coarse dtype (bfloat16: 0.01001)
+    high = _HIGH * (1 + torch.finfo(w.dtype).eps) if w.is_floating_point() else _HIGH
+    if values.min() < _LOW or values.max() > high:
         return wrong(
             "the weights should stay small, uniform in [0, 0.01) like the original's; got values from "
             f"{float(values.min()):.4g} to {float(values.max()):.4g}. Keep the * 0.01."
@@ -373,7 +375,7 @@ def _spread_problem(weights: list) -> Feedback | None:
 
 
 def _check_factory(fn, trials: int) -> Feedback:
-    generator = torch.Generator().manual_seed(1)
+    generator = trust.fresh_generator()
     seen: list = []  # every tensor returned, kept alive so that a reused object or memory shows
     for call in range(max(trials, _DRAWS)):
         if call < trials:
@@ -405,9 +407,10 @@ def check_make_weight(answer, *, trials: int = 5) -> Feedback:
     The check calls it ``trials`` times, runs backward through ``(w * x).sum()`` on
     random ``x`` and compares ``w.grad`` with the reference gradient, ``x``. Then it
     pools the weights of further calls (``_DRAWS`` in all) and tests that they are new
-    on every call and spread uniformly over [0, 0.01). Torch's random state is seeded
-    for the check and restored afterwards, so the verdict is the same on every run and
-    the learner's own random numbers are not disturbed.
+    on every call and spread uniformly over [0, 0.01). Torch's random state is seeded afresh
+    from the operating system for the check (no seed the learner sets reaches it) and
+    restored afterwards, so the learner's own random numbers are not disturbed; a right
+    answer fails the spread test about once in a million checks.
     """
     if is_unanswered(answer):
         return unanswered("your repaired function (its name, without parentheses)")
@@ -421,7 +424,7 @@ def check_make_weight(answer, *, trials: int = 5) -> Feedback:
         return wrong("your function needs arguments, but it is called like make_weight(), with none: "
                      "drop the parameters or give them defaults.")
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+        torch.manual_seed(trust.fresh_seed())
         return _check_factory(answer, trials)
 
 
