@@ -298,6 +298,28 @@ def test_vectorized_names_a_loop_the_graph_does_not_show():
     assert "once per sample" in vl.check_vectorized_loss(loop_over_the_weights).message
 
 
+_FRESH_PROCESS = """
+import torch
+from autograd_lab.exercises import vectorized_vs_looped as ex
+def solution(w, x, y, weights):
+    return (weights * (x @ w - y) ** 2).sum() / weights.sum()
+def with_einsum(w, x, y, weights):
+    return torch.einsum("n,n->", weights, (x @ w - y) ** 2) / weights.sum()
+print(ex.check_vectorized_loss(solution).passed, ex.check_vectorized_loss(with_einsum).passed)
+"""
+
+
+def test_ex2_passes_a_right_answer_in_a_fresh_process():
+    """The first operation under a dispatch mode imports and sets up code outside torch's folder (millions of traced
+    lines); a check run in a fresh kernel, before anything else warmed that up, must not read it as work per sample.
+    Notebook 03 runs no dispatch mode before exercise 2; the autograder runs the worked solutions in a fresh process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FRESH_PROCESS], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["True", "True"], done.stdout + done.stderr[-2000:]
+
+
 def test_ex2_reference_equals_the_loop_and_the_solution():
     gen = torch.Generator().manual_seed(5)
     w, x = torch.randn(3, generator=gen), torch.randn(6, 3, generator=gen)
