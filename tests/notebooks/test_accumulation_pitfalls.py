@@ -611,3 +611,78 @@ def test_the_notebook_no_longer_says_what_the_issue_found_wrong():
     assert "three things" not in text  # the conditions of Adam's hiding, cut with it (the count left no room)
     assert "does not hide it at all" not in text
 
+
+# ------------------------------------------------------------------ the prompts say what the checks run
+
+
+def prompt(cell_id):
+    return " ".join(source(next(c for c in cells() if c["id"] == cell_id)).split())
+
+
+def stated_ks(text):
+    """The k values a prompt names after "k = " (e.g. "k = 2, 3, 4 and 5")."""
+    found = re.search(r"k = (\d+(?:(?:, | and )\d+)*)", text)
+    return {int(n) for n in re.findall(r"\d+", found.group(1))}
+
+
+def test_exercise_2s_prompt_names_the_ks_its_check_runs():
+    namespace = {"nn": nn, "torch": torch, "mse_loss": mse_loss, "ex": ex}
+    exec((NOTEBOOK.parent / "solutions" / "05_accumulated_update.py").read_text(), namespace)
+    seen = set()
+
+    def recorded(model, opt, x, y, k):
+        seen.add(k)
+        return namespace["my_accumulated_update"](model, opt, x, y, k)
+
+    assert ex.check_accumulated_update(recorded).passed
+    assert seen == stated_ks(prompt("ex2-md")) == {2, 3, 4, 5}
+    assert "unequal micro-batches" in prompt("ex2-md") and 24 % 5 != 0  # the check's batch: 24 samples
+
+
+class RecordingModel(nn.Module):
+    """Exercise 3's worked solution, noting how many samples each forward pass gets."""
+
+    sizes: list = []
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.last = nn.Linear(8, 16), nn.Linear(16, 1)
+
+    def forward(self, x):
+        RecordingModel.sizes.append(len(x))
+        h = self.first(x)
+        h = (h - h.mean(dim=1, keepdim=True)) / (h.std(dim=1, correction=0, keepdim=True) + 1e-5)
+        return self.last(torch.tanh(h))
+
+
+def test_exercise_3s_prompt_names_the_k_its_check_runs_against_the_full_batch():
+    RecordingModel.sizes = []
+    assert ex.check_normalized_model(RecordingModel).passed
+    sizes = RecordingModel.sizes
+    (k,) = stated_ks(prompt("ex3-md"))
+    full = max(sizes)
+    assert full in sizes and sizes.count(full // k) >= k  # full-batch passes, and passes of micro-batches of 1/k
+    assert "scales the first Linear's output" in prompt("ex3-md")
+
+
+def test_exercise_1s_prompt_the_check_names_why_for_each_wrong_verdict():
+    assert "names, for each one it finds wrong, why" in prompt("ex1-md")
+    assert "each of the six letters" in prompt("ex1-md") and len(ex.SETUPS) == 6
+    fb = ex.check_predictions({letter: "only in distribution" for letter in ex.SETUPS})
+    wrong_letters = [letter for letter, verdict in ex.ANSWERS.items() if verdict != "only in distribution"]
+    assert fb.status == "wrong" and all(f"- {letter} is" in fb.message for letter in wrong_letters)
+
+
+# ------------------------------------------------------------------ the promise names what Going deeper holds
+
+
+def test_the_promise_names_what_going_deeper_holds_and_the_core_points_to_the_picture():
+    ids = [c["id"] for c in cells()]
+    deeper = ids.index("deeper-md")
+    assert "Going deeper (optional)" in source(cells()[deeper])
+    assert deeper < ids.index("bn-graph") < ids.index("ex3")  # the picture and exercise 3 are optional
+    intro = prompt("intro")
+    assert "*Going deeper* draws where, in the graph, BatchNorm joins the samples" in intro
+    assert "write a normalization that accumulates exactly" in intro
+    assert "Adam hides" not in intro and "forgotten" not in intro  # cut: the count left no room for it
+    assert "*Going deeper* draws where, in the graph, the samples meet" in prompt("bn-md")
