@@ -427,6 +427,24 @@ def test_all_reduce_log_refuses_a_plain_model_and_a_second_hook():
         del model
 
 
+def test_ddp_adds_nothing_to_the_graph_the_picture_draws():
+    """The picture draws the plain module's graph: with DDP's defaults, DDP's forward records the same nodes (it
+    hooks the AccumulateGrad nodes, it adds none)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import autograd_lab as lab
+
+    with group_of_one():
+        net = _stack(NOTEBOOK_WIDTHS, tanh=True)
+        x, y = torch.randn(16, 16), torch.randn(16, 1)
+        plain = lab.graph_nodes(torch.nn.functional.mse_loss(net(x), y))
+        model = DDP(net)
+        wrapped = lab.graph_nodes(torch.nn.functional.mse_loss(model(x), y))
+        assert [type(n).__name__ for n in wrapped] == [type(n).__name__ for n in plain]
+        assert sum(type(n).__name__ == "AccumulateGrad" for n in wrapped) == len(list(net.parameters()))
+        del model, wrapped
+
+
 def _section_5(train: dict) -> dict:
     """The notebook's section 5 run here as its cells run: the group cell (twice, as a learner may), the
     picture's functions and the widget's, in a namespace that holds what the cells above them made."""
