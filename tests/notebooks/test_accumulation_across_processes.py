@@ -1,41 +1,83 @@
 """Notebook 06 (accumulation across processes): DDP accumulation on real processes, and the facts around it.
 
-The training script is the one written out in the notebook (its %%writefile cells); it runs here with two
+The training scripts are the ones written out in the notebook (its %%writefile cells); they run here with two
 processes, and the tests check what the notebook states against a reference computed here: the gradients of
 three placements of no_sync() equal the single-process full-batch gradient, the fourth (every forward inside
-no_sync()) makes no all-reduce and leaves the ranks apart, and the counts are k, 1, k and 0 calls.
+no_sync()) makes no all-reduce and leaves the ranks apart, and the counts are k, 1, k and 0 calls. FSDP2's run
+(train_fsdp.py) counts its all-gathers and reduce-scatters, and a probe of our own checks what it keeps between
+micro-batches, on the notebook's model and on a second one.
 
-The second cases run too: the exercises' loops on four processes and a gradient in several buckets (another k,
-another bucket count, another world size, a summed loss), which is also where the rule "divide by k, not by
-world x k" is checked at a world size the notebook does not run; and, in one process, DDP's buckets: a single
-bucket of unlimited size in the first update by default (and not with find_unused_parameters=True), then buckets
-rebuilt in the order the gradients became ready, one of them above bucket_cap_mb. Without DDP: padded
-DistributedSampler shards and the zero weights that make a metric exact.
+The second cases run too: exercise 2's loop on four processes and a gradient in several buckets, where the rule
+"divide by k, not by world x k" (and a summed loss divided by the rank's sample count) is also checked at a world
+size the notebook does not run; and, in one process, DDP's buckets: the first bucket capped at 1 MiB only while
+bucket_cap_mb is unset, on the notebook's model and on a 39 MiB one; one bucket of unlimited size in the first
+update (not with find_unused_parameters=True); buckets that close past their cap.
+
+Last, the notebook as a learner runs it: in a learner's copy of the course, cell after cell, each reveal cell
+uncommented after the cells above it have run: its %load finds the worked solution, which passes its check.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import math
+import inspect
+import io
+import json
 import re
 import runpy
 import textwrap
 from pathlib import Path
 
 import ddp_probe
+import nbformat
 import pytest
 import torch
-from torch.utils.data import DistributedSampler
 
 from autograd_lab import AllReduceLog, torchrun
 from autograd_lab.distributed import free_port
 from autograd_lab.exercises import accumulation_across_processes as ex
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06_accumulation_across_processes.ipynb"
-SCRIPT_NAME = "train_ddp.py"  # the script the notebook writes (the conftest's `script` fixture reads it)
-MACHINE_PATH = re.compile(r"(/root/|/tmp/|/home/\w+/|/work/|site-packages)")
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = REPO / "notebooks" / "06_accumulation_across_processes.ipynb"
+SCRATCH = "scratch-06"  # the folder beside the notebook that its %%writefile cells write into
+MACHINE_PATH = re.compile(r"(/root/|/tmp/|/home/\w+/|/work/)")
 LOCAL = "every forward in no_sync()"  # the placement whose backward passes all stay local
+
+
+def cells() -> list:
+    return json.loads(NOTEBOOK.read_text())["cells"]
+
+
+def cell_source(cell_id: str) -> str:
+    return next("".join(c["source"]) for c in cells() if c.get("id") == cell_id)
+
+
+def written(name: str) -> str:
+    """The script ``name`` as the notebook's %%writefile cells write it into its scratch folder: the first cell
+    writes, the others append."""
+    parts = []
+    for cell in cells():
+        magic, _, body = "".join(cell["source"]).partition("\n")
+        if cell["cell_type"] == "code" and magic.startswith("%%writefile") and magic.split()[-1] == f"{SCRATCH}/{name}":
+            assert ("-a" in magic.split()) == bool(parts), (cell.get("id"), magic)
+            parts.append(body + "\n")
+    assert parts, f"the notebook writes no {name} into {SCRATCH}/"
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory) -> Path:
+    """The notebook's scratch folder, rebuilt here: train_ddp.py, train_fsdp.py and broken.py."""
+    folder = tmp_path_factory.mktemp(SCRATCH)
+    for name in ("train_ddp.py", "train_fsdp.py", "broken.py"):
+        (folder / name).write_text(written(name))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def script(scripts) -> Path:
+    return scripts / "train_ddp.py"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +94,15 @@ def full_batch(script):
     x, y = train["make_data"]()
     torch.nn.functional.mse_loss(model(x), y).backward()
     return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def test_the_scripts_go_into_a_scratch_folder_by_path_and_the_kernel_never_changes_folder():
+    """The reveal cells' %load reads solutions/ from the notebook's folder: no cell may leave it."""
+    code = "\n".join("".join(c["source"]) for c in cells() if c["cell_type"] == "code")
+    assert "chdir" not in code and "%cd" not in code
+    magics = [line for line in code.splitlines() if line.startswith("%%writefile")]
+    assert magics and all(line.split()[-1].startswith(f"{SCRATCH}/") for line in magics)
+    assert f'Path("{SCRATCH}")' in cell_source("scratch") and "shutil.rmtree(scratch)" in cell_source("cleanup")
 
 
 def results(run, part="placements"):
@@ -132,7 +183,7 @@ def test_the_notebook_prints_what_the_docstring_warns():
     assert "forward pass should be included inside the context manager" in warning
 
 
-# --------------------------------------------------------------------------- the exercises' cases, 4 processes
+# --------------------------------------------------------------------------- exercise 2's case, 4 processes
 
 CASES_SCRIPT = textwrap.dedent('''
     import gc, json, os
@@ -163,30 +214,6 @@ CASES_SCRIPT = textwrap.dedent('''
 
     def loss_fn(pred, y, reduction="mean"):
         return torch.nn.functional.mse_loss(pred, y, reduction=reduction)
-
-
-    def warm_up(model, log, x):
-        model(x).sum().backward()          # update 0: DDP rebuilds its buckets after it
-        model.zero_grad()
-        return log.take()
-
-
-    def backward_only_loop(model, x, y, k):
-        for i, (xb, yb) in enumerate(zip(x.chunk(k), y.chunk(k))):
-            loss = loss_fn(model(xb), yb) / k
-            with model.no_sync() if i < k - 1 else nullcontext():
-                loss.backward()
-
-
-    def exercise_1(k=6, buckets=3):
-        x, y = data(4 * k)
-        fresh, fresh_log = model_in(buckets)
-        backward_only_loop(fresh, x, y, k)            # the loop as a fresh model's very first update
-        first_loop = fresh_log.take()
-        model, log = model_in(buckets)
-        first = warm_up(model, log, x)
-        backward_only_loop(model, x, y, k)
-        return {"first loop": len(first_loop), "first update": len(first), "calls": len(log.take())}
 
 
     def first_sync_loop(model, x, y, k):
@@ -221,7 +248,7 @@ CASES_SCRIPT = textwrap.dedent('''
 
     def main():
         dist.init_process_group("gloo")
-        out = {"exercise 1": exercise_1(), "exercise 2": exercise_2(), "divisors": {}}
+        out = {"exercise 2": exercise_2(), "divisors": {}}
         for reduction, divisors in (("sum", [2 * 16, 2, 4 * 2 * 16]), ("mean", [2, 4 * 2])):
             for d in divisors:
                 out["divisors"][f"{reduction} / {d}"] = accumulated_gradient(2, 16, reduction, d)
@@ -241,18 +268,6 @@ def cases(tmp_path_factory):
     path = tmp_path_factory.mktemp("cases") / "exercise_cases.py"
     path.write_text(CASES_SCRIPT)
     return torchrun(path, nproc=4, timeout=180)
-
-
-@pytest.mark.slow
-def test_exercise_1_backward_only_makes_k_times_buckets_calls(cases):
-    for rank in cases.ranks:
-        assert rank["exercise 1"]["first update"] == 1  # one bucket in update 0, whatever the cap
-        assert rank["exercise 1"]["calls"] == ex._expected_calls(6, "no_sync() on backward only", 3) == 6 * 3
-        # as the very first update: the first backward has one bucket, the next forward rebuilds the 3
-        assert rank["exercise 1"]["first loop"] == 1 + 5 * 3
-    assert ex.check_backward_only_count(cases.ranks[0]["exercise 1"]["calls"]).passed
-    fb = ex.check_backward_only_count(cases.ranks[0]["exercise 1"]["first loop"])
-    assert not fb.passed and "very first update" in fb.message
 
 
 @pytest.mark.slow
@@ -278,17 +293,16 @@ def _full_batch_mean_gradient(n):
 
 
 @pytest.mark.slow
-def test_exercise_3_and_the_rule_divide_by_k_at_four_ranks(cases):
-    """4 ranks, k = 2 micro-batches of 16: a summed loss / (k x 16), a mean loss / k give the full-batch mean."""
+def test_rule_1_at_four_ranks_a_mean_loss_over_k_and_a_summed_loss_over_the_ranks_samples(cases):
+    """4 ranks, k = 2 micro-batches of 16: a summed loss / the rank's 32 samples and a mean loss / k give the
+    full-batch mean (exercise 1's rule on another world size); dividing by the world size as well does not."""
     full = _full_batch_mean_gradient(4 * 2 * 16)
     got = {name: torch.tensor(g) for name, g in cases.ranks[0]["divisors"].items()}
-    right = ex._loss_divisor(2, 16)
-    torch.testing.assert_close(got[f"sum / {right}"], full, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(got[f"mean / {ex._loss_divisor(2)}"], full, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(got["sum / 32"], full, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(got["mean / 2"], full, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(got["mean / 8"], full / 4, rtol=1e-4, atol=1e-6)  # world x k: 1 / world too small
     torch.testing.assert_close(got["sum / 2"], full * 16, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(got["sum / 128"], full / 4, rtol=1e-4, atol=1e-6)
-    assert ex.check_loss_divisor(right).passed and not ex.check_loss_divisor(128).passed
 
 
 # --------------------------------------------------------------------------- DDP's buckets, in one process
@@ -310,12 +324,20 @@ def group_of_one():
         dist.destroy_process_group()
 
 
-def _calls_per_update(widths, updates=3, **ddp_options):
-    """Bytes of each all-reduce call, per update, for a stack of Linear layers under DDP; and the model's cap."""
+def _stack(widths, tanh=False):
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [torch.nn.Linear(a, b)] + [torch.nn.Tanh()] * tanh
+    return torch.nn.Sequential(*(layers[:-1] if tanh else layers))
+
+
+def _calls_per_update(widths, updates=3, tanh=False, **ddp_options):
+    """Bytes of each all-reduce call, per update, for a stack of Linear layers under DDP, then k = 4 with
+    no_sync(); and the model's cap."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(*[torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:])]), **ddp_options)
+    model = DDP(_stack(widths, tanh), **ddp_options)
     log = AllReduceLog(model)
     sizes = []
     for _ in range(updates):
@@ -328,29 +350,64 @@ def _calls_per_update(widths, updates=3, **ddp_options):
     return sizes, model.bucket_bytes_cap
 
 
-NOTEBOOK_WIDTHS = [16, 1600, 1600, 1600, 1600, 1600, 1]  # the notebook's 39 MiB model
+NOTEBOOK_WIDTHS = [16, 512, 512, 512, 1]  # the model of the notebook's section 5 (about 2 MiB of gradient)
+BIG_WIDTHS = [16, 1600, 1600, 1600, 1600, 1600, 1]  # a second case: about 39 MiB
 
 
-def test_by_default_update_0_is_one_bucket_and_later_ones_follow_the_ready_order_past_the_cap():
+def _mib(sizes):
+    return [round(s / 2**20, 2) for s in sizes]
+
+
+def test_the_notebooks_widths_are_the_models():
+    assert f"widths = {NOTEBOOK_WIDTHS}" in cell_source("group")
+
+
+@pytest.mark.parametrize("widths, cap, later", [
+    (NOTEBOOK_WIDTHS, None, [1.0, 1.04]),         # unset: the first bucket closes at 1 MiB
+    (NOTEBOOK_WIDTHS, 25, [2.04]),                # 25 written out: the first bucket's cap is 25 too
+    (NOTEBOOK_WIDTHS, 0.5, [1.0, 1.0, 0.03]),     # each 1 MiB weight closes a bucket of twice the cap
+    (NOTEBOOK_WIDTHS, 1, [1.0, 1.0, 0.03]),
+    (NOTEBOOK_WIDTHS, 2, [2.01, 0.03]),
+    (BIG_WIDTHS, None, [9.78, 29.32, 0.1]),       # the issue's 39 MiB model: unset
+    (BIG_WIDTHS, 25, [29.32, 9.88]),              # ... written out
+    (BIG_WIDTHS, 10, [19.55, 19.54, 0.1]),
+])
+def test_the_first_bucket_is_capped_at_1_mib_only_while_bucket_cap_mb_is_unset(widths, cap, later):
+    options = {} if cap is None else {"bucket_cap_mb": cap}
     with group_of_one() as dist:
-        (first, second, third, deferred), cap = _calls_per_update(NOTEBOOK_WIDTHS)
+        (first, second, third, deferred), bucket_bytes_cap = _calls_per_update(widths, tanh=widths == NOTEBOOK_WIDTHS,
+                                                                               **options)
         first_cap = dist._DEFAULT_FIRST_BUCKET_BYTES
-    assert len(first) == 1 and sum(second) == first[0] and first[0] > cap  # one bucket, larger than the cap
-    assert len(second) > 1 and second == third
-    assert second[0] >= first_cap and any(size > cap for size in second)  # a bucket closes once past its limit
+    assert first_cap == 2**20 and bucket_bytes_cap == (cap or 25) * 2**20
+    assert len(first) == 1 and sum(second) == first[0]  # update 0: one bucket of everything, whatever the cap
+    assert _mib(second) == later and second == third
     assert len(deferred) == len(second)  # with no_sync(): one call per bucket per update
-    assert [round(s / 2**20, 1) for s in second] == [9.8, 29.3, 0.1] and cap == 25 * 2**20
+    closes_at = first_cap if cap is None else bucket_bytes_cap
+    assert second[0] >= min(closes_at, sum(second))  # a bucket closes once it holds at least its cap
+    assert all(size >= bucket_bytes_cap for size in second[1:-1])
+
+
+def test_the_rule_the_notebook_quotes_is_torchs():
+    """The first-bucket rule as the notebook quotes it, in torch/nn/parallel/distributed.py."""
+    import torch.nn.parallel.distributed as ddp_module
+
+    code = " ".join(inspect.getsource(ddp_module).split())
+    rule = "first_bucket_bytes_cap = ( dist._DEFAULT_FIRST_BUCKET_BYTES if is_using_default else bucket_bytes_cap )"
+    assert rule in code
+    assert "is_using_default = bucket_cap_mb is None" in code
+    quoted = " ".join(cell_source("first-bucket-md").split())
+    assert "`first_bucket_bytes_cap = _DEFAULT_FIRST_BUCKET_BYTES if is_using_default else bucket_bytes_cap`" in quoted
 
 
 def test_with_find_unused_parameters_the_first_update_is_already_split():
     """The boundary of 'one bucket in update 0': it holds for the default find_unused_parameters=False."""
     with group_of_one():
-        (first, second, *_), cap = _calls_per_update(NOTEBOOK_WIDTHS, find_unused_parameters=True)
+        (first, second, *_), cap = _calls_per_update(BIG_WIDTHS, find_unused_parameters=True)
     assert len(first) > 1 and sum(first) == sum(second)
 
 
 def test_a_gradient_below_the_first_bucket_size_stays_one_bucket():
-    """The notebook's 18 KiB gradient: one call in every update, before and after the rebuild."""
+    """The notebook's two-process model, 18 KiB of gradient: one call in every update, before and after the rebuild."""
     with group_of_one() as dist:
         sizes, _ = _calls_per_update([16, 256, 1])
         first_cap = dist._DEFAULT_FIRST_BUCKET_BYTES
@@ -370,46 +427,232 @@ def test_all_reduce_log_refuses_a_plain_model_and_a_second_hook():
         del model
 
 
-# --------------------------------------------------------------------------- exact metrics with DistributedSampler
+def test_ddp_adds_nothing_to_the_graph_the_picture_draws():
+    """The picture draws the plain module's graph: with DDP's defaults, DDP's forward records the same nodes (it
+    hooks the AccumulateGrad nodes, it adds none)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import autograd_lab as lab
+
+    with group_of_one():
+        net = _stack(NOTEBOOK_WIDTHS, tanh=True)
+        x, y = torch.randn(16, 16), torch.randn(16, 1)
+        plain = lab.graph_nodes(torch.nn.functional.mse_loss(net(x), y))
+        model = DDP(net)
+        wrapped = lab.graph_nodes(torch.nn.functional.mse_loss(model(x), y))
+        assert [type(n).__name__ for n in wrapped] == [type(n).__name__ for n in plain]
+        assert sum(type(n).__name__ == "AccumulateGrad" for n in wrapped) == len(list(net.parameters()))
+        del model, wrapped
 
 
-def repeat_weights(n, world, rank, length):
-    """1 for a real sample, 0 for a repeat: rank r holds positions r, r + world, ... of the padded list."""
-    return torch.tensor([float(rank + j * world < n) for j in range(length)])
+def _section_5(train: dict) -> dict:
+    """The notebook's section 5 run here as its cells run: the group cell (twice, as a learner may), the
+    picture's functions and the widget's, in a namespace that holds what the cells above them made."""
+    import copy
+
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import autograd_lab as lab
+
+    namespace = {"torch": torch, "lab": lab, "copy": copy, "DDP": DDP, "allreduce_hook": allreduce_hook,
+                 "dist": torch.distributed, "train": train}
+    for _ in range(2):
+        exec(cell_source("group"), namespace)
+    exec(cell_source("calls"), namespace)
+    return namespace
 
 
-def all_reduced_mean(values, n, world, shuffle, weighted, drop_last=False):
-    total = count = 0.0
-    for rank in range(world):
-        sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=shuffle, seed=3,
-                                     drop_last=drop_last)
-        idx = list(sampler)
-        w = repeat_weights(n, world, rank, len(idx)) if weighted else torch.ones(len(idx))
-        total += float((w * values[idx]).sum())
-        count += float(w.sum())
-    return total / count
+def test_the_group_cell_makes_one_group_once_and_the_widget_counts_buckets_times_synchronizing_micro_batches(script):
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    train = runpy.run_path(str(script))
+    try:
+        namespace = _section_5(train)
+        assert dist.is_initialized() and dist.get_world_size() == 1
+        calls = namespace["all_reduce_calls"]
+        placements = list(train["PLACEMENTS"])
+        buckets = {"unset": 2, 0.5: 3, 1: 3, 2: 2, 25: 1}
+        for cap, b in buckets.items():
+            for k in (1, 3, 8):
+                for placement in placements:
+                    with contextlib.redirect_stdout(out := io.StringIO()):
+                        calls(k, cap, placement)
+                    synchronizing = sum(not train["PLACEMENTS"][placement](i, k)[0] for i in range(k))
+                    assert f": {b * synchronizing} call" in out.getvalue().splitlines()[1], (cap, k, placement)
+    finally:
+        gc.collect()
+        dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("n, world", [(5, 2), (7, 3), (10, 4), (13, 8)])
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_padding_counts_repeats_and_zero_weights_make_the_metric_exact(n, world, shuffle):
-    values = torch.arange(1.0, n + 1) ** 2  # distinct per-sample errors, so a repeat always shows
-    exact = float(values.mean())
-    assert not math.isclose(all_reduced_mean(values, n, world, shuffle, weighted=False), exact)
-    assert not math.isclose(all_reduced_mean(values, n, world, shuffle, weighted=False, drop_last=True), exact)
-    assert math.isclose(all_reduced_mean(values, n, world, shuffle, weighted=True), exact, rel_tol=1e-12)
+# --------------------------------------------------------------------------- FSDP2 beside DDP, 2 processes
+
+FSDP_PROBE = textwrap.dedent('''
+    """What FSDP2 holds between micro-batches, and its collectives on a second model: three Linear layers, k = 3."""
+    import gc, json, os
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    from train_ddp import make_data, make_model
+    from train_fsdp import Collectives
 
 
-def test_the_zero_weights_mark_exactly_one_copy_of_each_sample_as_real():
-    n, world = 11, 4
-    seen = []
-    for rank in range(world):
-        idx = list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=1))
-        seen += [i for i, w in zip(idx, repeat_weights(n, world, rank, len(idx)).tolist()) if w == 1.0]
-    assert sorted(seen) == list(range(n))
+    def unsharded_gradient_numbers(model):
+        """The numbers of the unsharded gradients FSDP keeps inside (private attributes of FSDP2)."""
+        total = 0
+        for module in model.modules():
+            group = module._get_fsdp_state()._fsdp_param_group if isinstance(module, FSDPModule) else None
+            for param in group.fsdp_params if group is not None else []:
+                unsharded = getattr(param, "_unsharded_param", None)
+                for grad in (getattr(unsharded, "grad", None), param.unsharded_accumulated_grad):
+                    total += 0 if grad is None else grad.numel()
+        return total
 
 
-def test_the_notebooks_five_samples():
-    xs = torch.tensor([4.0, 2.0, 1.0, 3.0, 5.0])  # |y - w x| at w = 1 is x itself
-    assert all_reduced_mean(xs, 5, 2, shuffle=False, weighted=False) == pytest.approx(19 / 6)
-    assert all_reduced_mean(xs, 5, 2, shuffle=False, weighted=True) == pytest.approx(3.0)
+    def probe(model, k, sync):
+        for layer in [m for m in model if isinstance(m, torch.nn.Linear)]:
+            fully_shard(layer)
+        fully_shard(model)
+        x, y = make_data()
+        mine = list(range(dist.get_rank(), len(x), dist.get_world_size()))
+        after = []
+        with Collectives() as seen:
+            for i, idx in enumerate(torch.tensor(mine).chunk(k)):
+                model.set_requires_gradient_sync(sync(i, k))
+                (torch.nn.functional.mse_loss(model(x[idx]), y[idx]) * len(idx) / len(mine)).backward()
+                grads = [p.grad for p in model.parameters()]
+                after.append({"grads": [g is not None for g in grads], "unsharded": unsharded_gradient_numbers(model),
+                              "shard": sum(g.to_local().numel() for g in grads if g is not None)})
+        return {"after": after, "kinds": [kind for kind, _ in seen.calls]}
+
+
+    def second_model():
+        torch.manual_seed(2)
+        return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                   torch.nn.Linear(64, 1))
+
+
+    def main():
+        dist.init_process_group("gloo")
+        out = {f"{name}, {when}": probe(build(), k, sync)
+               for name, build, k in (("notebook", make_model, 4), ("second", second_model, 3))
+               for when, sync in (("last", lambda i, k: i == k - 1), ("every", lambda i, k: True))}
+        with open(os.path.join(os.environ["LAB_RESULTS"], f"rank{dist.get_rank()}.json"), "w") as f:
+            json.dump(out, f)
+        gc.collect()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+''')
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(scripts):
+    return torchrun(scripts / "train_fsdp.py", nproc=2, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def fsdp_probe(scripts):
+    (scripts / "fsdp_probe.py").write_text(FSDP_PROBE)
+    return torchrun(scripts / "fsdp_probe.py", nproc=2, timeout=180)
+
+
+@pytest.mark.slow
+def test_fsdp2_reduce_scatters_follow_the_sync_all_gathers_do_not_and_the_gradient_is_the_full_batchs(
+        fsdp_run, full_batch):
+    for when, reduce_scatters in (("at the last micro-batch", 2), ("at every micro-batch", 2 * 4)):
+        grads = []
+        for rank in fsdp_run.ranks:
+            kinds = [kind for kind, _ in rank[when]["calls"]]
+            assert kinds.count("_allgather_base_") == 2 * 2 * 4, when  # 2 layers, forward and backward, k = 4
+            assert kinds.count("_reduce_scatter_base_") == reduce_scatters, when
+            assert set(kinds) == {"_allgather_base_", "_reduce_scatter_base_"}
+            grads.append(torch.tensor(rank[when]["grad"]))
+            torch.testing.assert_close(grads[-1], full_batch, rtol=1e-5, atol=1e-6)
+        assert torch.equal(grads[0], grads[1])
+    last = fsdp_run.ranks[0]["at the last micro-batch"]
+    taken_in = sum(n for kind, n in last["calls"] if kind == "_reduce_scatter_base_")
+    # each tensor's rows padded to split in 2: the 1 x 256 weight becomes 2 x 256, its bias 2 numbers
+    assert taken_in == 2 * last["shard"] == full_batch.numel() + 256 + 1
+
+
+@pytest.mark.slow
+def test_fsdp2_without_the_sync_keeps_the_whole_unsharded_gradient_until_the_last_micro_batch(fsdp_probe, full_batch):
+    numbers = {"notebook": full_batch.numel(), "second": 16 * 64 + 64 + 64 * 64 + 64 + 64 + 1}
+    for rank in fsdp_probe.ranks:
+        for name, k, layers in (("notebook", 4, 2), ("second", 3, 3)):
+            last, every = rank[f"{name}, last"], rank[f"{name}, every"]
+            for i, state in enumerate(last["after"]):
+                if i < k - 1:  # .grad not set yet; FSDP holds the whole gradient, unsharded
+                    assert not any(state["grads"]) and state["unsharded"] == numbers[name], (name, i)
+                else:
+                    assert all(state["grads"]) and state["unsharded"] == 0 and state["shard"] < numbers[name]
+            for state in every["after"]:  # synced every time: only the shard stays
+                assert all(state["grads"]) and state["unsharded"] == 0 and state["shard"] == last["after"][-1]["shard"]
+            # the second case of the rule: reduce-scatters one per layer per synchronizing backward; all-gathers
+            # two per layer per micro-batch, sync or not
+            assert last["kinds"].count("_reduce_scatter_base_") == layers
+            assert every["kinds"].count("_reduce_scatter_base_") == layers * k
+            assert last["kinds"].count("_allgather_base_") == every["kinds"].count("_allgather_base_") == 2 * layers * k
+
+
+# --------------------------------------------------------------------------- the notebook as a learner runs it
+
+
+def _run(client, code: str):
+    """Run ``code`` in the client's kernel as a cell: (its reply, its output messages)."""
+    from jupyter_core.utils import run_sync
+
+    outputs = []
+    reply = run_sync(client.kc.execute_interactive)(code, output_hook=outputs.append, timeout=600, store_history=True)
+    return reply, outputs
+
+
+def _text(outputs) -> str:
+    texts = []
+    for msg in outputs:
+        content = msg["content"]
+        texts.append(content.get("text", "") + content.get("data", {}).get("text/plain", ""))
+        if msg["msg_type"] == "error":
+            texts.append(f"{content['ename']}: {content['evalue']}")
+    return "\n".join(t for t in texts if t)
+
+
+@pytest.mark.slow
+def test_every_reveal_cell_loads_in_the_learners_copy_after_the_cells_above_it_and_passes_its_check(tmp_path):
+    """Cell after cell in a learner's copy of the course; after each reveal cell, the learner deletes the "# "
+    before %load and runs it (IPython fills the cell with the worked solution), then runs the filled cell."""
+    from autograd_lab import course
+    from tools.kernels import notebook_client
+
+    copy = tmp_path / "my-course"
+    course.update(copy, source=REPO / "notebooks")
+    path = copy / NOTEBOOK.name
+    nb = nbformat.read(path, as_version=4)
+    client = notebook_client(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(copy)}})
+    revealed = []
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            client.execute_cell(cell, index)
+            assert not [o for o in cell.outputs if o.output_type == "error"], (cell.id, cell.outputs)
+            if "solution-reveal" not in cell.metadata.get("tags", []):
+                continue
+            load = re.search(r"^# (%load (solutions/\S+\.py))$", cell.source, re.M)
+            reply, outputs = _run(client, cell.source.replace(load.group(0), load.group(1)))
+            assert reply["content"]["status"] == "ok", (cell.id, _text(outputs))
+            (filled,) = [p["text"] for p in reply["content"]["payload"] if p["source"] == "set_next_input"]
+            assert filled.endswith((copy / load.group(2)).read_text()), cell.id
+            reply, outputs = _run(client, filled)
+            shown = _text(outputs).strip()
+            assert reply["content"]["status"] == "ok" and shown.startswith("Correct"), (cell.id, shown)
+            revealed.append(load.group(2))
+    assert revealed == ["solutions/06_ddp_loop.py", "solutions/06_first_sync.py"]
+    assert not (copy / SCRATCH).exists()  # the last cell removed the scratch folder
