@@ -6,6 +6,7 @@ Every notebook imports its instruments from ``autograd_lab`` alone (``from autog
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,8 +46,16 @@ def _uses(sources: list) -> tuple[set, set]:
     return names, submodules
 
 
-def test_all_is_exactly_what_the_notebooks_import():
-    used = set()
+def _readme_names() -> set:
+    """The package's names README's code teaches a learner to call on their own model."""
+    readme = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"```python\n(.*?)```", readme, re.S))
+    return set(re.findall(r"\b([a-z_]+)\(", code)) & set(autograd_lab.__all__) | set(
+        n.strip() for line in re.findall(r"^from autograd_lab import (.+)$", code, re.M) for n in line.split(","))
+
+
+def test_all_is_exactly_what_the_notebooks_import_and_readme_teaches():
+    used = _readme_names()
     for _, sources in _sources():
         used |= _uses(sources)[0]
     assert sorted(autograd_lab.__all__) == sorted(used)
