@@ -112,7 +112,7 @@ def test_how_much_of_the_epoch_each_slip_spoils_depends_on_n_and_k(n, k, above_0
 
 
 def test_the_first_update_runs_past_the_peak_only_for_some_n_and_k():
-    """n = 22, k = 4: the first update, stepped per micro-batch, already uses a decayed rate; n = 40, k = 2: the peak."""
+    """Stepped per micro-batch: n = 22, k = 4, the first update already uses a decayed rate; n = 40, k = 2, the peak."""
     first = {}
     for n, k in [(22, 4), (40, 2)]:
         with warnings.catch_warnings():
