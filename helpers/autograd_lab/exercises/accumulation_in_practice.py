@@ -534,8 +534,8 @@ def check_token_factor(factor) -> Feedback:
                          f"{raised.args_given}.")
     return correct("the mean times n_micro is the micro-batch's summed loss; divided by the update's real tokens on "
                    "all ranks, times world for DDP's mean and times k for accelerator.backward()'s division, every "
-                   "update's gradient was the full batch's token mean: by hand on 1, 2 and 3 ranks, and inside "
-                   "accelerate's accumulate(), the short last group included.")
+                   "update's gradient was the full batch's token mean: by hand on 1, 2 and 3 ranks, and in "
+                   "accelerate's accumulate() and backward() for 1 and 2, the short last group included.")
 
 
 trust.record(__name__)  # last: every name above is defined (see .trust)
