@@ -4,8 +4,10 @@ For each exercise: wrong answers that must not pass and must get a hint naming t
 written differently from the worked solution that must pass; odd answers that must not make a check raise.
 """
 
+import copy
 import itertools
 import math
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -336,3 +338,223 @@ def test_loop_odd_answers_never_raise():
 def test_lr_factor_warms_up_then_decays():
     factors = [ex.lr_factor(u) for u in range(6)]
     assert factors[0] < factors[1] == max(factors) and factors[2:] == sorted(factors[2:], reverse=True)
+
+
+# =========================================================================== exercise 1: the token factor
+
+
+def right_factor(n_micro, n_all, k, world, accelerate):
+    return n_micro / n_all * world * (k if accelerate else 1)
+
+
+def branches(n_micro, n_all, k, world, accelerate):
+    """Written differently: a branch per backward, the all-rank count turned into tokens per rank first."""
+    per_rank = n_all / world
+    if accelerate:
+        return k * n_micro / per_rank
+    return n_micro / per_rank
+
+
+def as_tensor(n_micro, n_all, k, world, accelerate):
+    """Written differently: a tensor, with k raised to the power of a bool."""
+    return torch.tensor(float(n_micro)) * world * k ** accelerate / n_all
+
+
+def as_numpy(n_micro, n_all, k, world, accelerate):
+    return np.float64(n_micro) * world * (k if accelerate else 1) / np.int64(n_all)
+
+
+def as_fraction(n_micro, n_all, k, world, accelerate):
+    return Fraction(n_micro * world * (k if accelerate else 1), n_all)
+
+
+@pytest.mark.parametrize("factor", [right_factor, branches, as_tensor, as_numpy, as_fraction])
+def test_factor_right_answers_pass(factor):
+    fb = ex.check_token_factor(factor)
+    assert fb.passed, fb
+
+
+FACTOR_MISTAKES = {  # name: (factor, words of its hint)
+    "divided by k": (lambda n_micro, n_all, k, world, accelerate: 1 / k, "your factor is 1 / k"),
+    "summed-loss rule": (lambda n_micro, n_all, k, world, accelerate: world / n_all * (k if accelerate else 1),
+                         "section 2's rule for a summed loss"),
+    "own mean kept": (lambda n_micro, n_all, k, world, accelerate: 1, "does not depend on n_micro"),
+    "own mean, x world x k": (lambda n_micro, n_all, k, world, accelerate: world * (k if accelerate else 1),
+                              "does not depend on n_micro"),
+    "accelerate's division forgotten": (lambda n_micro, n_all, k, world, accelerate: n_micro * world / n_all,
+                                        "accelerator.backward() divides the loss by gradient_accumulation_steps"),
+    "k in the own loop too": (lambda n_micro, n_all, k, world, accelerate: k * n_micro * world / n_all,
+                              "loss.backward() divides by nothing"),
+    "DDP's mean forgotten": (lambda n_micro, n_all, k, world, accelerate: n_micro / n_all * (k if accelerate else 1),
+                             "DDP averages .grad over the world ranks"),
+    "divided by k in accelerate": (lambda n_micro, n_all, k, world, accelerate:
+                                   n_micro * world / n_all / (k if accelerate else 1),
+                                   "the factor there is your loop's times k"),
+    "tokens of this micro-batch over k": (lambda n_micro, n_all, k, world, accelerate: n_micro / n_all / k,
+                                          "differs from the full batch's token mean"),
+}
+
+
+@pytest.mark.parametrize("name", list(FACTOR_MISTAKES))
+def test_factor_wrong_answers_get_their_hint(name):
+    factor, words = FACTOR_MISTAKES[name]
+    fb = ex.check_token_factor(factor)
+    assert _wrong_with(fb, words), fb
+
+
+def test_factor_the_summed_loss_rule_is_right_for_a_sum_and_wrong_for_the_mean():
+    """Why the exercise transfers: section 2's factor, right for the summed loss the script uses, is wrong here."""
+    start, updates = ex._factor_problem(5, 2)
+    rule = ex._Factor(FACTOR_MISTAKES["summed-loss rule"][0])
+    found = ex._by_hand(rule, start, updates)
+    assert not all(torch.allclose(g, ex._full_batch(start, u), atol=1e-6) for g, u in zip(found, updates))
+    summed = []
+    for update in updates:
+        n_all = sum(ex._real(lbl) for rank in update for _, lbl in rank)
+        per_rank = []
+        for micro_batches in update:
+            model = copy.deepcopy(start)
+            for tokens, labels in micro_batches:
+                (ex._mean_loss(model, tokens, labels) * ex._real(labels) * len(update) / n_all).backward()
+            per_rank.append(ex._flat_grad(model))
+        summed.append(torch.stack(per_rank).mean(0))
+    assert all(torch.allclose(g, ex._full_batch(start, u), atol=1e-6) for g, u in zip(summed, updates))
+
+
+def test_factor_problems_hold_unequal_micro_batches_and_a_short_group():
+    start, updates = ex._factor_problem(11, 3)
+    assert [len(update[0]) for update in updates] == [ex._FACTOR_K, ex._FACTOR_K - 1]
+    counts = {ex._real(lbl) for update in updates for rank in update for _, lbl in rank}
+    assert len(counts) > 3 and min(counts) >= 1
+
+
+def test_factor_odd_answers_never_raise():
+    assert ex.check_token_factor(...).status == "unanswered"
+    assert ex.check_token_factor(None).status == "unanswered"
+    assert ex.check_token_factor(3).status == "malformed"
+    assert ex.check_token_factor(lambda n_micro, n_all: 1).status == "malformed"
+    for returned in (None, "0.5", float("nan"), float("inf"), torch.ones(2), [1.0], True):
+        fb = ex.check_token_factor(lambda *args, _r=returned: _r)
+        assert fb.status == "malformed" and "one finite number" in fb.message, (returned, fb)
+
+    def raises(n_micro, n_all, k, world, accelerate):
+        raise ValueError("oops")
+    fb = ex.check_token_factor(raises)
+    assert fb.status == "malformed" and "ValueError: oops" in fb.message, fb
+
+
+def test_factor_draws_fresh_problems_for_every_check():
+    seen = []
+
+    def spy(n_micro, n_all, k, world, accelerate):
+        seen.append((n_micro, n_all, world, accelerate))
+        return right_factor(n_micro, n_all, k, world, accelerate)
+
+    assert ex.check_token_factor(spy).passed
+    first = list(seen)
+    seen.clear()
+    assert ex.check_token_factor(spy).passed
+    assert first != seen
+    assert {(w, a) for _, _, w, a in first} == {(1, False), (2, False), (3, False), (1, True), (2, True)}
+
+
+def test_factor_that_changes_torch_modes_is_judged_right_and_the_kernel_is_left_as_found():
+    def rude(n_micro, n_all, k, world, accelerate):
+        torch.set_grad_enabled(False)
+        torch.set_default_dtype(torch.float64)
+        torch.set_num_threads(1)
+        warnings.simplefilter("error")
+        return right_factor(n_micro, n_all, k, world, accelerate)
+
+    before = (torch.is_grad_enabled(), torch.get_default_dtype(), torch.get_num_threads(), list(warnings.filters))
+    fb = ex.check_token_factor(rude)
+    assert fb.passed, fb
+    assert (torch.is_grad_enabled(), torch.get_default_dtype(), torch.get_num_threads(),
+            list(warnings.filters)) == before
+
+
+def test_factor_check_puts_accelerate_s_state_back():
+    """accelerate keeps one state per process: a learner's own Accelerator survives the check unchanged."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    try:
+        mine = Accelerator(gradient_accumulation_steps=7, cpu=True)
+        before = [dict(s._shared_state) for s in (PartialState, AcceleratorState, GradientState)]
+        assert ex.check_token_factor(right_factor).passed
+        assert [dict(s._shared_state) for s in (PartialState, AcceleratorState, GradientState)] == before
+        assert mine.gradient_accumulation_steps == 7
+    finally:
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+
+
+# The check averages each rank's .grad in one process, as DDP's all-reduce does. Here the right factor and the
+# wrong ones run on two real gloo ranks, by hand (DDP, no_sync()) and in accelerate (prepare, backward(), no_sync()),
+# and must give what the check found for them.
+_ON_TWO_RANKS = {  # name: the factor's source, run by the script below and by the check here
+    "right": "lambda n_micro, n_all, k, world, accelerate: n_micro / n_all * world * (k if accelerate else 1)",
+    "summed-loss rule": "lambda n_micro, n_all, k, world, accelerate: world / n_all * (k if accelerate else 1)",
+    "accelerate's division forgotten": "lambda n_micro, n_all, k, world, accelerate: n_micro * world / n_all",
+    "DDP's mean forgotten": "lambda n_micro, n_all, k, world, accelerate: n_micro / n_all * (k if accelerate else 1)",
+}
+_TWO_RANKS = """
+import copy, gc, json, os, sys
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from accelerate import Accelerator
+
+from autograd_lab.exercises import accumulation_in_practice as ex
+
+FACTORS = {name: eval(source) for name, source in json.loads(sys.argv[2]).items()}
+accelerator = Accelerator(gradient_accumulation_steps=ex._FACTOR_K, cpu=True)
+rank, world = dist.get_rank(), dist.get_world_size()
+start, updates = ex._factor_problem(int(sys.argv[1]), world)
+found = {}
+for name, factor in FACTORS.items():
+    for accelerate in (False, True):
+        grads = []
+        for update in updates:
+            n_all = sum(ex._real(labels) for micro_batches in update for _, labels in micro_batches)
+            model = (accelerator.prepare if accelerate else DDP)(copy.deepcopy(start))
+            backward = accelerator.backward if accelerate else torch.Tensor.backward
+            mine = update[rank]
+            for i, (tokens, labels) in enumerate(mine):
+                with model.no_sync() if i < len(mine) - 1 else nullcontext():
+                    loss = ex._mean_loss(model, tokens, labels)
+                    backward(loss * factor(ex._real(labels), n_all, ex._FACTOR_K, world, accelerate))
+            grads.append(ex._flat_grad(model).tolist())
+            del model
+        found[f"{name}, accelerate={accelerate}"] = grads
+with open(os.path.join(os.environ["LAB_RESULTS"], f"rank{rank}.json"), "w") as f:
+    json.dump(found, f)
+accelerator.free_memory()
+gc.collect()
+accelerator.end_training()
+"""
+
+
+@pytest.mark.slow
+def test_factor_check_finds_what_two_real_ranks_give_by_hand_and_in_accelerate(tmp_path):
+    import json
+
+    import autograd_lab as lab
+
+    script = tmp_path / "factor_on_two_ranks.py"
+    script.write_text(_TWO_RANKS)
+    seed = 2024
+    run = lab.torchrun(script, seed, json.dumps(_ON_TWO_RANKS), nproc=2, timeout=240)
+    start, updates = ex._factor_problem(seed, 2)
+    references = [ex._full_batch(start, u) for u in updates]
+    for name, source in _ON_TWO_RANKS.items():
+        for accelerate in (False, True):
+            key = f"{name}, accelerate={accelerate}"
+            real = [torch.tensor(g) for g in run.ranks[0][key]]
+            assert run.ranks[1][key] == run.ranks[0][key], key
+            simulated = (ex._in_accelerate if accelerate else ex._by_hand)(ex._Factor(eval(source)), start, updates)
+            assert all(torch.allclose(r, s, atol=1e-6) for r, s in zip(real, simulated)), key
+            right = all(torch.allclose(r, ref, atol=1e-6) for r, ref in zip(real, references))
+            assert right == (name == "right" or (name == "accelerate's division forgotten" and not accelerate)), key

@@ -1,15 +1,21 @@
 """Notebook 07: the facts it states, re-derived here on cases of our own, and its script on two real processes.
 
-- Schedules: stepped per micro-batch a schedule runs n / ceil(n / k) times too fast (k only when k divides n);
-  sized for micro-batches and stepped per update, it ends the epoch near its peak.
+- Schedules: stepped per micro-batch a schedule runs n / ceil(n / k) times too fast (k only when k divides n) and
+  is spent after about the first 1 / k of the epoch (past its peak at the first update only for some n and k);
+  sized for micro-batches and stepped per update, it ends the epoch at (n - ceil(n / k)) / (n - warmup) of its
+  peak, far from the peak at small k.
 - Tokens: the update's real tokens, counted over micro-batches and ranks, times every divisor still to come --
   the world size for DDP's mean, and k more with accelerate's backward(), which divides by k even in a short group.
-- accelerate's prepared scheduler steps on a sync step, whether or not the optimizer stepped, num_processes times:
-  inside accumulate() only every k-th call moves it, outside it every call does.
+  A Hugging Face model's loss, unless given num_items_in_batch, is the mean over its micro-batch's real tokens.
+- accelerate's prepared scheduler steps on a sync step, whether or not the optimizer stepped, num_processes times
+  (once with split_batches=True): inside accumulate() only every k-th call moves it, outside it every call does.
+  A schedule sized in updates therefore runs num_processes times too fast, inside accumulate() or after it; sized
+  in updates x num_processes it gives the same rates exactly where it depends on step / total alone.
 - Checkpointing against accumulation, measured as the peak of live tensors over forward and backward: one
   segment, or one segment per layer, saves nothing; segments in between do; accumulation divides activations by k.
-- bfloat16: a bfloat16 .grad loses precision with every micro-batch added; a float32 buffer cannot be assigned
-  to .grad as it is, and steps once converted with .to(p.dtype).
+- bfloat16: a bfloat16 .grad loses precision with every micro-batch added; with grad_dtype = float32 autograd
+  keeps the sum in float32. SGD (and RMSprop, Adagrad) step with that float32 .grad; Adam and AdamW refuse it
+  and step once it is converted with .to(p.dtype) (grad_dtype set to None first).
 - The two-process part runs the training script that notebooks/07_accumulation_in_practice.ipynb writes with its
   %%writefile cells, once, and checks what the ranks recorded against references computed here.
 """
@@ -86,14 +92,33 @@ def test_a_schedule_stepped_per_micro_batch_is_off_by_n_over_ceil_n_over_k_which
     assert (off_by == k) == (n % k == 0) and off_by <= k
 
 
-@pytest.mark.parametrize("n, k", [(22, 4), (40, 8)])
-def test_a_schedule_sized_for_micro_batches_but_stepped_per_update_ends_near_its_peak(n, k):
-    def linear(total):
-        return lambda u: max(0.0, (total - u) / total)
+def _warmup_then_decay(updates, warmup=2):
+    """The notebook's schedule: a linear warm-up of (u + 1) / warmup, then a linear decay to 0."""
+    return lambda u: (u + 1) / warmup if u < warmup else max(0.0, (updates - u) / max(updates - warmup, 1))
 
+
+@pytest.mark.parametrize("n, k, above_0, mirror_end", [(22, 4, 1, 0.85), (40, 2, 9, 0.553), (10, 3, 1, 0.875)])
+def test_how_much_of_the_epoch_each_slip_spoils_depends_on_n_and_k(n, k, above_0, mirror_end):
+    """Stepped per micro-batch the schedule is spent after ceil(n / k) micro-batches: about the first 1 / k of the
+    updates run above 0. Sized for n and stepped per update, the epoch ends at 0.85 of the peak for n = 22, k = 4,
+    but at 0.55 for n = 40, k = 2: 'near its peak' holds only for larger k."""
     updates = math.ceil(n / k)
-    assert linear(updates)(updates - 1) <= 1 / updates                  # sized in updates: it ends near 0
-    assert linear(n)(updates - 1) >= 1 - 1 / k                          # sized in micro-batches: near the peak
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = _used_lrs(n, k, True, _warmup_then_decay(updates))
+    assert sum(lr > 0 for lr in fast) == above_0
+    assert above_0 <= math.ceil(updates / k)
+    assert _warmup_then_decay(n)(updates - 1) == pytest.approx(mirror_end, abs=1e-3)
+
+
+def test_the_first_update_runs_past_the_peak_only_for_some_n_and_k():
+    """Stepped per micro-batch: n = 22, k = 4, the first update already uses a decayed rate; n = 40, k = 2, the peak."""
+    first = {}
+    for n, k in [(22, 4), (40, 2)]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            first[n, k] = _used_lrs(n, k, True, _warmup_then_decay(math.ceil(n / k)))[0]
+    assert first[22, 4] < 1 and first[40, 2] == 1
 
 
 def test_pytorch_warns_only_about_the_order_of_the_first_scheduler_step():
@@ -320,7 +345,7 @@ def test_bfloat16_keeps_8_significant_bits_and_float32_24():
     assert [1 - math.log2(torch.finfo(t).eps) for t in (torch.bfloat16, torch.float32)] == [8, 24]
 
 
-def test_bfloat16_sums_lose_precision_with_k_and_float32_buffers_do_not():
+def test_bfloat16_sums_lose_precision_with_k_and_float32_sums_do_not():
     g = torch.Generator().manual_seed(7)
     x, w = torch.randn(1024, 96, generator=g), torch.randn(96, 40, generator=g)
     per_sample = (x[:, :, None] * w[None]).double()            # exact per-sample "gradients"
@@ -338,24 +363,71 @@ def test_bfloat16_sums_lose_precision_with_k_and_float32_buffers_do_not():
     assert errors[256][1] < 1.5 * errors[1][1] and errors[256][1] < errors[256][0] / 3
 
 
-@pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.AdamW])
-def test_a_float32_buffer_is_refused_as_a_bfloat16_grad_and_steps_once_converted(optimizer):
-    torch.manual_seed(8)
-    model = torch.nn.Conv1d(3, 4, 5).bfloat16()                # another layer, with a bias
-    buffers = [torch.zeros(p.shape) for p in model.parameters()]
-    for _ in range(8):
-        model(torch.randn(2, 3, 16, dtype=torch.bfloat16)).square().mean().backward()
-        for b, p in zip(buffers, model.parameters()):
-            b += p.grad.float()
-            p.grad = None
-    with pytest.raises(RuntimeError, match="dtype"):
-        model.weight.grad = buffers[0]
+def _conv_grads_in(grad_dtype, micro_batches, seed=8):
+    """A bfloat16 Conv1d (another layer than the notebook's, with a bias) after `micro_batches` backward()s, its
+    parameters' .grad kept in `grad_dtype`; and the float64 sum of the same micro-batch gradients."""
+    torch.manual_seed(seed)
+    model = torch.nn.Conv1d(3, 4, 5).bfloat16()
+    exact = torch.nn.Conv1d(3, 4, 5).double()
+    exact.load_state_dict(model.state_dict())
+    for p in model.parameters():
+        p.grad_dtype = grad_dtype
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(micro_batches):
+        x = torch.randn(2, 3, 16, generator=g).bfloat16()
+        model(x).square().mean().backward()
+        exact(x.double()).square().mean().backward()
+    return model, exact
+
+
+def _relative_error(model, exact):
+    got = torch.cat([p.grad.double().flatten() for p in model.parameters()])
+    want = torch.cat([p.grad.flatten() for p in exact.parameters()])
+    return ((got - want).norm() / want.norm()).item()
+
+
+def test_grad_dtype_float32_keeps_a_bfloat16_parameters_sum_in_float32():
+    assert torch.nn.Linear(2, 2).bfloat16().weight.grad_dtype == torch.bfloat16        # the default
+    errors = {}
+    for k in (1, 32, 256):
+        low, _ = _conv_grads_in(torch.bfloat16, k)
+        high, exact = _conv_grads_in(torch.float32, k)
+        assert all(p.grad.dtype == torch.float32 and p.dtype == torch.bfloat16 for p in high.parameters())
+        errors[k] = _relative_error(low, exact), _relative_error(high, exact)
+    assert errors[256][0] > 3 * errors[256][1]
+    assert errors[256][1] < 1.5 * errors[1][1] + 1e-3
+    assert errors[1][0] < errors[256][0]
+
+
+@pytest.mark.parametrize("optimizer, steps", [(torch.optim.SGD, True), (lambda p, lr: torch.optim.SGD(
+    p, lr=lr, momentum=0.9, weight_decay=0.1), True), (torch.optim.RMSprop, True), (torch.optim.Adagrad, True),
+    (torch.optim.Adam, False), (torch.optim.AdamW, False)])
+def test_which_optimizers_step_with_a_float32_grad_on_a_bfloat16_parameter(optimizer, steps):
+    model, _ = _conv_grads_in(torch.float32, 4)
     before = [p.detach().clone() for p in model.parameters()]
-    for b, p in zip(buffers, model.parameters()):
-        p.grad = b.to(p.dtype)
-        assert ((p.grad.float() - b).norm() / b.norm()).item() < 2 ** -8   # one bfloat16 rounding
-    optimizer(model.parameters(), lr=0.01).step()
-    assert all(p.dtype == torch.bfloat16 and not torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    if steps:
+        optimizer(model.parameters(), lr=0.01).step()
+        assert all(p.dtype == torch.bfloat16 and not torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    else:
+        with pytest.raises(RuntimeError, match="dtype"):
+            optimizer(model.parameters(), lr=0.01).step()
+
+
+def test_adamw_steps_once_the_float32_sum_is_converted_and_grad_dtype_goes_back_after_zero_grad():
+    model, exact = _conv_grads_in(torch.float32, 16)
+    with pytest.raises(RuntimeError, match="grad_dtype"):
+        model.weight.grad = model.weight.grad.bfloat16()                  # refused while grad_dtype is float32
+    for p in model.parameters():
+        p.grad_dtype = None
+        p.grad = p.grad.to(p.dtype)                                       # rounded to bfloat16 once
+    assert _relative_error(model, exact) < 2 ** -8
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    optimizer.step()
+    optimizer.zero_grad()
+    for p in model.parameters():
+        p.grad_dtype = torch.float32
+    model(torch.randn(2, 3, 16).bfloat16()).square().mean().backward()
+    assert all(p.grad.dtype == torch.float32 for p in model.parameters())
 
 
 # --------------------------------------------------------------------------- the notebook's script, 2 processes
@@ -408,9 +480,109 @@ def test_one_token_rule_gives_the_single_process_gradient_by_hand_and_in_acceler
         assert (grads["own loop,   / N of this rank"][0] - full).norm() / full.norm() > 0.05
 
 
+def _stepped(updates, steps_per_update, schedule):
+    """Each update's factor from a LambdaLR stepped `steps_per_update` times per update: the notebook's count of what
+    accelerate's prepared scheduler does (num_processes steps per update, one with split_batches=True)."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    used = []
+    for _ in range(updates):
+        used.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        for _ in range(steps_per_update):
+            scheduler.step()
+    return used
+
+
 @pytest.mark.slow
-def test_in_accumulate_accelerate_steps_its_scheduler_num_processes_times_per_update_on_every_process(run, train):
-    world, k = run.world_size, train["K"]
-    for r in run.ranks:
-        assert r["lrs"] == pytest.approx([0.1] * k + [0.1 / (world + 1)] * k)
+def test_a_schedule_sized_in_updates_runs_num_processes_times_too_fast_in_accelerate_inside_or_after_accumulate(run):
+    world, wanted = run.world_size, [1.0, 0.75, 0.5, 0.25]
     assert world == 2
+    for r in run.ranks:
+        lrs = r["lrs"]
+        assert lrs["4 steps, in accumulate()"] == lrs["4 steps, after accumulate()"] == pytest.approx([1.0, 0.5, 0, 0])
+        assert lrs["4 x world steps, in accumulate()"] == pytest.approx(wanted)
+        assert lrs["4 steps, split_batches=True"] == pytest.approx(wanted)
+
+
+@pytest.mark.slow
+def test_the_notebooks_count_of_accelerate_s_scheduler_is_what_both_ranks_recorded(run):
+    """The widget's model: a LambdaLR stepped num_processes times per update (once with split_batches)."""
+    linear = lambda step: max(0.0, 1 - step / 4)                                     # noqa: E731
+    for r in run.ranks:
+        assert _stepped(4, run.world_size, linear) == r["lrs"]["4 steps, in accumulate()"]
+        assert _stepped(4, 1, linear) == r["lrs"]["4 steps, split_batches=True"]
+        sized = lambda step: max(0.0, 1 - step / (4 * run.world_size))               # noqa: E731
+        assert _stepped(4, run.world_size, sized) == pytest.approx(r["lrs"]["4 x world steps, in accumulate()"])
+
+
+@pytest.mark.parametrize("processes", [2, 3, 8])
+def test_sizing_x_num_processes_is_exact_for_a_schedule_of_step_over_total_and_not_for_the_notebooks_warm_up(
+        processes):
+    updates, warmup = 12, 3
+
+    def of_fraction(total, w):  # a warm-up of step / warmup, as Hugging Face's schedules have, then a linear decay
+        return lambda s: s / w if s < w else max(0.0, (total - s) / (total - w))
+
+    wanted = _stepped(updates, 1, of_fraction(updates, warmup))
+    assert _stepped(updates, processes, of_fraction(updates * processes, warmup * processes)) == pytest.approx(wanted)
+    notebook = _stepped(updates, processes, _warmup_then_decay(updates * processes, warmup * processes))
+    wanted_notebook = _stepped(updates, 1, _warmup_then_decay(updates, warmup))
+    assert notebook[warmup:] == pytest.approx(wanted_notebook[warmup:])           # the decay comes back
+    assert all(a < b for a, b in zip(notebook[:warmup], wanted_notebook[:warmup]))  # the warm-up starts lower
+    assert _stepped(updates, 1, _warmup_then_decay(updates, warmup)) == wanted_notebook  # split_batches: as it was
+
+
+@pytest.mark.slow
+def test_hugging_face_s_linear_and_cosine_schedules_sized_x_num_processes_give_the_same_rates():
+    from transformers import get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
+
+    updates, warmup, processes = 10, 2, 2
+    for make in (get_linear_schedule_with_warmup, get_cosine_schedule_with_warmup):
+        got = []
+        for total, w, steps in ((updates, warmup, 1), (updates * processes, warmup * processes, processes)):
+            optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+            scheduler = make(optimizer, w, total)
+            used = []
+            for _ in range(updates):
+                used.append(optimizer.param_groups[0]["lr"])
+                optimizer.step()
+                for _ in range(steps):
+                    scheduler.step()
+            got.append(used)
+        assert got[0] == pytest.approx(got[1])
+
+
+def test_with_step_scheduler_with_optimizer_false_a_prepared_scheduler_steps_on_every_call():
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    try:
+        accelerator = Accelerator(gradient_accumulation_steps=4, cpu=True, step_scheduler_with_optimizer=False)
+        model, optimizer, scheduler = _prepared_schedule(accelerator)
+        lrs = []
+        for _ in range(3):
+            with accelerator.accumulate(model), warnings.catch_warnings():
+                warnings.simplefilter("ignore")              # PyTorch's order warning: the optimizer did not step
+                lrs.append(scheduler.get_last_lr()[0])
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+        assert lrs == pytest.approx([0.1, 0.05, 0.1 / 3])
+    finally:
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+
+
+@pytest.mark.slow
+def test_a_hugging_face_models_loss_is_the_mean_over_its_real_tokens_unless_given_num_items_in_batch():
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    tokens, labels = _padded(seed=9, sequences=4, length=6, vocab=9)
+    logits = torch.randn(4, 6, 9, generator=torch.Generator().manual_seed(9))
+    shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]             # the model's shift
+    real = int((shifted != -100).sum())
+    summed = F.cross_entropy(logits.flatten(0, 1), shifted.flatten(), ignore_index=-100, reduction="sum")
+    assert ForCausalLMLoss(logits, labels, 9) == pytest.approx((summed / real).item())
+    assert ForCausalLMLoss(logits, labels, 9, num_items_in_batch=torch.tensor(50)) == pytest.approx(
+        (summed / 50).item())

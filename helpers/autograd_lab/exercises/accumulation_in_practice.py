@@ -1,7 +1,16 @@
 """Checks for notebook 07, accumulation in practice.
 
+- ``check_token_factor(factor)``: the learner's ``factor(n_micro, n_all, k, world, accelerate)``, the number a
+  micro-batch's token-mean loss (a Hugging Face model's ``outputs.loss``) is multiplied by before its backward. The
+  check runs it for real on fresh padded micro-batches (k = 3, a full update and a short one): in a hand-written
+  accumulation loop on 1, 2 and 3 ranks and inside accelerate's ``accumulate()`` and ``backward()`` on this
+  process for 1 and 2 ranks, each rank's ``.grad`` then averaged as DDP's all-reduce averages it, and compares
+  every update's gradient with the full batch's token mean. The hint is read from the factor's values against
+  the right ones. tests/exercises runs the right factor and the wrong ones on two real ranks, by hand and in
+  accelerate, and finds what the check finds.
 - ``check_updates_per_epoch(answer)``: how many optimizer (and scheduler) steps one epoch and three
-  epochs take for 50 micro-batches and k = 8; groups never span an epoch's end.
+  epochs take for 50 micro-batches and k = 8; groups never span an epoch's end. (No longer an exercise of the
+  notebook, whose first exercise is now the token factor; tests/exercises/test_sealed_checks.py still calls it.)
 - ``check_scheduled_loop(train_epoch)``: the learner's fix of a loop over padded token micro-batches whose
   scheduler steps once per micro-batch and whose loss is the mean of the micro-batch means. The loop runs for
   two epochs on small problems whose micro-batches differ in size and padding, with a recording optimizer and
@@ -13,6 +22,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 
@@ -20,12 +30,12 @@ import torch
 from torch import nn
 
 from . import trust
-from .answers import as_int, close, is_unanswered, read_function
+from .answers import as_int, as_number, close, is_unanswered, plain, read_function
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 from .isolation import kept_as_found
 from .loops import pass_mistake, record_passes, thrown_away_mistake
 
-__all__ = ["check_updates_per_epoch", "check_scheduled_loop", "UPDATES_TASK", "lr_factor"]
+__all__ = ["check_token_factor", "check_updates_per_epoch", "check_scheduled_loop", "UPDATES_TASK", "lr_factor"]
 
 UPDATES_TASK = {"n": 50, "k": 8, "epochs": 3}
 
@@ -117,16 +127,18 @@ def _model():
     return nn.Sequential(nn.Embedding(_VOCAB, 4), nn.Linear(4, _VOCAB))
 
 
+def _padded(g, size):
+    """``size`` sequences of ``_LENGTH`` positions as (tokens, labels), 1 to ``_LENGTH`` of each real tokens."""
+    tokens = torch.randint(_VOCAB, (size, _LENGTH), generator=g)
+    labels = torch.randint(_VOCAB, (size, _LENGTH), generator=g)
+    labels[torch.arange(_LENGTH) >= torch.randint(1, _LENGTH + 1, (size, 1), generator=g)] = _IGNORE
+    return tokens, labels
+
+
 def _problem(n, sizes, seed):
     """A model and ``n`` micro-batches of padded sequences, ``sizes[i % len(sizes)]`` sequences in the i-th."""
     g = torch.Generator().manual_seed(seed)
-    batches = []
-    for i in range(n):
-        size = sizes[i % len(sizes)]
-        tokens = torch.randint(_VOCAB, (size, _LENGTH), generator=g)
-        labels = torch.randint(_VOCAB, (size, _LENGTH), generator=g)
-        labels[torch.arange(_LENGTH) >= torch.randint(1, _LENGTH + 1, (size, 1), generator=g)] = _IGNORE
-        batches.append((tokens, labels))
+    batches = [_padded(g, sizes[i % len(sizes)]) for i in range(n)]
     torch.manual_seed(seed)
     return _model(), batches
 
@@ -303,6 +315,227 @@ def check_scheduled_loop(train_epoch) -> Feedback:
                    "each optimizer step, the short last group included: every update used the schedule's learning "
                    "rate and the weights follow training on each group as one batch, for every n and k tried, "
                    "over two epochs.")
+
+
+# --------------------------------------------------------------------------- 3. the token factor
+
+
+_FACTOR_SIGNATURE = "factor(n_micro, n_all, k, world, accelerate)"
+_FACTOR_K = 3
+_FACTOR_GROUPS = (3, 2)  # micro-batches of each update on every rank: a full group of k, then a short one
+_HAND_WORLDS, _ACCELERATE_WORLDS = (1, 2, 3), (1, 2)
+
+
+class _NotANumber(Exception):
+    """The learner's factor returned something that is not one finite number."""
+
+    def __init__(self, value, args):
+        super().__init__(value)
+        self.value, self.args_given = value, args
+
+
+class _FactorRaised(Exception):
+    """The learner's factor raised ``error`` when called with ``args``."""
+
+    def __init__(self, error, args):
+        super().__init__(error)
+        self.error, self.args_given = error, args
+
+
+class _Factor:
+    """The learner's factor, called as a loop calls it: each call under ``kept_as_found`` (whatever the function
+    does to torch's modes stays inside it), its value read as a plain float, every call noted in ``calls``."""
+
+    def __init__(self, function):
+        self.function, self.calls = function, []
+
+    def __call__(self, n_micro, n_all, k, world, accelerate):
+        args = (n_micro, n_all, k, world, accelerate)
+        try:
+            with kept_as_found():
+                value = self.function(*args)
+        except Exception as err:  # noqa: BLE001 -- the learner's function can raise anything
+            raise _FactorRaised(err, args) from None
+        number = as_number(plain(value) if isinstance(value, torch.Tensor) else value)
+        if number is None or not math.isfinite(number):
+            raise _NotANumber(value, args)
+        self.calls.append((args, number))
+        return number
+
+
+def _right_factor(n_micro, n_all, k, world, accelerate):
+    """The reference: the mean times ``n_micro`` is the summed loss; / ``n_all``, x ``world`` for DDP's mean, x ``k``
+    for ``accelerator.backward``'s division."""
+    return n_micro * world / n_all * (k if accelerate else 1)
+
+
+def _factor_problem(seed, world):
+    """A model, and per update (a full group of k micro-batches, then a short one) each rank's micro-batches of
+    1 to 3 padded sequences."""
+    g = torch.Generator().manual_seed(seed)
+    updates = [[[_padded(g, int(torch.randint(1, 4, (), generator=g))) for _ in range(size)] for _ in range(world)]
+               for size in _FACTOR_GROUPS]
+    torch.manual_seed(seed)
+    return _model(), updates
+
+
+def _real(labels) -> int:
+    return int((labels != _IGNORE).sum())
+
+
+def _mean_loss(model, tokens, labels):
+    """The micro-batch's loss as a Hugging Face model returns it: the mean over its real tokens."""
+    logits = model(tokens)
+    return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=_IGNORE)
+
+
+def _flat_grad(model):
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).detach().clone()
+
+
+def _full_batch(start, update):
+    """The update's gradient from one batch of all its sequences, on all ranks: their token mean."""
+    model = copy.deepcopy(start)
+    tokens = torch.cat([t for rank in update for t, _ in rank])
+    labels = torch.cat([lbl for rank in update for _, lbl in rank])
+    _mean_loss(model, tokens, labels).backward()
+    return _flat_grad(model)
+
+
+def _by_hand(factor, start, updates):
+    """Each update's gradient from a hand-written accumulation loop on every rank, then the mean over the ranks
+    that DDP's all-reduce takes."""
+    found = []
+    for update in updates:
+        n_all, world = sum(_real(lbl) for rank in update for _, lbl in rank), len(update)
+        per_rank = []
+        for micro_batches in update:
+            model = copy.deepcopy(start)
+            for tokens, labels in micro_batches:
+                (_mean_loss(model, tokens, labels) * factor(_real(labels), n_all, _FACTOR_K, world, False)).backward()
+            per_rank.append(_flat_grad(model))
+        found.append(torch.stack(per_rank).mean(0))
+    return found
+
+
+def _in_accelerate(factor, start, updates):
+    """Each update's gradient from accelerate's ``accumulate()`` and ``backward()`` on this process, for every rank
+    of the problem, then DDP's mean over the ranks. accelerate's state (process-wide) is put back afterwards."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    kept = [(state, dict(state._shared_state)) for state in (PartialState, AcceleratorState, GradientState)]
+    for state, _ in kept:
+        state._shared_state.clear()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # accelerate's own notices are no part of the answer
+            accelerator = Accelerator(gradient_accumulation_steps=_FACTOR_K, cpu=True)
+            found = []
+            for update in updates:
+                n_all, world = sum(_real(lbl) for rank in update for _, lbl in rank), len(update)
+                per_rank = []
+                for micro_batches in update:
+                    model = accelerator.prepare(copy.deepcopy(start))
+                    for tokens, labels in micro_batches:
+                        with accelerator.accumulate(model):
+                            accelerator.backward(_mean_loss(model, tokens, labels)
+                                                 * factor(_real(labels), n_all, _FACTOR_K, world, True))
+                    per_rank.append(_flat_grad(model))
+                found.append(torch.stack(per_rank).mean(0))
+            return found
+    finally:
+        for state, shared in kept:
+            state._shared_state.clear()
+            state._shared_state.update(shared)
+
+
+def _same_gradient(found, ref) -> bool:
+    return close(found, ref, rtol=1e-4, atol=1e-6)
+
+
+def _near(value, target) -> bool:
+    return value is not None and math.isclose(value, target, rel_tol=1e-6)
+
+
+def _shared(values):
+    """The one value all of ``values`` share (up to float rounding), or None."""
+    values = list(values)
+    return values[0] if values and all(_near(v, values[0]) for v in values) else None
+
+
+def _ignores_n_micro(given: dict) -> bool:
+    """Do calls that differ only in ``n_micro`` get the same factor?"""
+    by_rest: dict = {}
+    for args, value in given.items():
+        by_rest.setdefault(args[1:], []).append((args[0], value))
+    pairs = [found for found in by_rest.values() if len({n for n, _ in found}) > 1]
+    return bool(pairs) and all(_shared(v for _, v in found) is not None for found in pairs)
+
+
+def _factor_hint(calls) -> str:
+    """What the learner's factor got wrong, read from its values against the right ones, call by call."""
+    given = dict(calls)
+    if _near(_shared(v * args[2] for args, v in given.items()), 1):
+        return ("your factor is 1 / k: each micro-batch's mean then weighs the same, whatever its real tokens (a "
+                "micro-batch with 2 real tokens counts as much as one with 12), and a short last group counts "
+                "less. Weigh each mean by its micro-batch's real tokens, n_micro, over the update's, n_all.")
+    if _ignores_n_micro(given):
+        if _near(_shared(v * args[1] / args[3] / (args[2] if args[4] else 1) for args, v in given.items()), 1):
+            return ("that is section 2's rule for a summed loss, world / n_all (times k in accelerate). This loss is "
+                    "a mean, already divided by its micro-batch's own real tokens: multiply it by n_micro first, "
+                    "to get the summed loss back.")
+        return ("your factor does not depend on n_micro: each micro-batch's mean, already divided by its own real "
+                "tokens, then counts alike whatever its size. Weigh it by its real tokens over the update's, "
+                "n_micro / n_all.")
+    ratios: dict = {}
+    for args, value in given.items():
+        ratios.setdefault((args[4], args[3]), []).append(value / _right_factor(*args))
+    hand = {world: _shared(r) for (accelerate, world), r in ratios.items() if not accelerate}
+    inside = [_shared(r) for (accelerate, _), r in ratios.items() if accelerate]
+    if hand and all(_near(r, 1 / world) for world, r in hand.items()):
+        return ("in your own loop each update's gradient came out 1 / world of the full batch's: DDP averages .grad "
+                "over the world ranks, so multiply by world.")
+    if hand and all(_near(r, _FACTOR_K) for r in hand.values()):
+        return ("in your own loop each update's gradient came out k times the full batch's: loss.backward() divides "
+                "by nothing. Only accelerator.backward() divides by k, so multiply by k only there.")
+    if hand and all(_near(r, 1) for r in hand.values()):
+        if inside and all(_near(r, 1 / _FACTOR_K) for r in inside):
+            return ("right in your own loop, but inside accelerate each update's gradient came out 1 / k of the full "
+                    "batch's: accelerator.backward() divides the loss by gradient_accumulation_steps, k, even in a "
+                    "short group. Multiply by k there.")
+        return ("right in your own loop; inside accelerate the gradient differs from the full batch's. "
+                "accelerator.backward() divides the loss by k, so the factor there is your loop's times k.")
+    return ("each update's gradient differs from the full batch's token mean. The loss is a micro-batch's mean: turn "
+            "it back into a sum (times n_micro), divide by the update's real tokens on all ranks (n_all), and "
+            "multiply by every divisor still to come.")
+
+
+@never_raises
+def check_token_factor(factor) -> Feedback:
+    """Exercise 1: the learner's ``factor(n_micro, n_all, k, world, accelerate)``, run by hand and in accelerate."""
+    problem = read_function(factor, f"your function {_FACTOR_SIGNATURE}", _FACTOR_SIGNATURE, 5)
+    if problem is not None:
+        return problem
+    torch.set_num_threads(1)  # tiny tensors: one thread is fastest (the check puts the count back)
+    watched = _Factor(factor)
+    runs = [(world, False) for world in _HAND_WORLDS] + [(world, True) for world in _ACCELERATE_WORLDS]
+    try:
+        for world, accelerate in runs:  # data and model drawn afresh each time: no factor can be fitted to them
+            start, updates = _factor_problem(trust.fresh_seed(), world)
+            found = (_in_accelerate if accelerate else _by_hand)(watched, start, updates)
+            if not all(_same_gradient(g, _full_batch(start, u)) for g, u in zip(found, updates)):
+                return wrong(_factor_hint(watched.calls))
+    except _NotANumber as err:
+        return malformed(f"{_FACTOR_SIGNATURE} must return one finite number; for {err.args_given} it returned "
+                         f"{type(err.value).__name__} {err.value!r:.60}.")
+    except _FactorRaised as raised:
+        return malformed(f"your factor raised {describe_error(raised.error)} for {_FACTOR_SIGNATURE.split('(')[0]}"
+                         f"{raised.args_given}.")
+    return correct("the mean times n_micro is the micro-batch's summed loss; divided by the update's real tokens on "
+                   "all ranks, times world for DDP's mean and times k for accelerator.backward()'s division, every "
+                   "update's gradient was the full batch's token mean: by hand on 1, 2 and 3 ranks, and in "
+                   "accelerate's accumulate() and backward() for 1 and 2, the short last group included.")
 
 
 trust.record(__name__)  # last: every name above is defined (see .trust)
