@@ -22,42 +22,6 @@ def _wrong_with(fb, words):
     return fb.status == "wrong" and words in fb.message
 
 
-# =========================================================================== exercise 1: updates per epoch
-
-@pytest.mark.parametrize("answer", [
-    (7, 21), [7, 21], (7.0, 21.0), (np.int64(7), torch.tensor(21)), torch.tensor([7, 21]), np.array([7, 21]),
-    (math.ceil(50 / 8), 3 * math.ceil(50 / 8)), (-(-50 // 8), Fraction(21)),
-])
-def test_updates_right_answers_pass(answer):
-    assert ex.check_updates_per_epoch(answer).passed
-
-
-@pytest.mark.parametrize("answer, words", [
-    ((6, 18), "rounded down"),                  # 50 // 8: the tail group dropped
-    ((50, 150), "counts micro-batches"),        # the scheduler stepped per micro-batch
-    ((7, 19), "one epoch into the next"),       # ceil(150 / 8): groups across epochs
-    ((7, 7), "How many epochs"),                # forgot the epochs
-    ((8, 24), "counting a shorter"),            # some other count
-])
-def test_updates_wrong_answers_get_their_hint(answer, words):
-    fb = ex.check_updates_per_epoch(answer)
-    assert _wrong_with(fb, words), fb
-
-
-@pytest.mark.parametrize("answer", ["7, 21", 7, (7,), (7, 21, 3), (7.5, 21), {7, 21}, {"a": 7}, object(),
-                                    (float("nan"), 21), torch.tensor([[7, 21], [1, 2]])])
-def test_updates_malformed_answers_are_told_the_form(answer):
-    fb = ex.check_updates_per_epoch(answer)
-    assert fb.status == "malformed", fb
-
-
-def test_updates_placeholder_and_other_settings():
-    assert ex.check_updates_per_epoch(...).status == "unanswered"
-    assert ex.check_updates_per_epoch(None).status == "unanswered"
-    assert ex.check_updates_per_epoch((4, 8), n=32, k=8, epochs=2).passed       # no tail: 32 / 8 exactly
-    assert not ex.check_updates_per_epoch((7, 21), n=32, k=8, epochs=2).passed
-
-
 # =========================================================================== exercise 2: the loop, fixed
 
 

@@ -209,7 +209,7 @@ def test_assert_passed_replaced_before_the_grader_line_still_raises():
     (torch.Tensor, "register_hook", lambda self, hook: None, lambda: ex04.check_training_loop(loop04())),
     (torch.Tensor, "is_leaf", property(lambda self: True), lambda: ex01.check_leaves({"w"})),
     (torch, "sigmoid", lambda x: x, lambda: ex08.check_silu_backward(_Silu)),
-    (math, "ceil", lambda x: 0, lambda: ex07.check_updates_per_epoch((7, 21))),
+    (math, "ceil", lambda x: 0, lambda: ex05.check_accumulated_update(right05)),
     (torch, "allclose", lambda *a, **k: True, lambda: ex02.check_div_backward(right_div)),
 ], ids=["Tensor.backward", "Tensor.register_hook", "Tensor.is_leaf", "torch.sigmoid", "math.ceil", "allclose"])
 def test_torch_or_math_replaced_before_the_check_fails_it_names_it_and_is_put_back(owner, name, value, check):

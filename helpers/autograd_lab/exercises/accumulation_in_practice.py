@@ -8,9 +8,6 @@
   every update's gradient with the full batch's token mean. The hint is read from the factor's values against
   the right ones. tests/exercises runs the right factor and the wrong ones on two real ranks, by hand and in
   accelerate, and finds what the check finds.
-- ``check_updates_per_epoch(answer)``: how many optimizer (and scheduler) steps one epoch and three
-  epochs take for 50 micro-batches and k = 8; groups never span an epoch's end. (No longer an exercise of the
-  notebook, whose first exercise is now the token factor; tests/exercises/test_sealed_checks.py still calls it.)
 - ``check_scheduled_loop(train_epoch)``: the learner's fix of a loop over padded token micro-batches whose
   scheduler steps once per micro-batch and whose loss is the mean of the micro-batch means. The loop runs for
   two epochs on small problems whose micro-batches differ in size and padding, with a recording optimizer and
@@ -30,57 +27,12 @@ import torch
 from torch import nn
 
 from . import trust
-from .answers import as_int, as_number, close, is_unanswered, plain, read_function
-from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
+from .answers import as_number, close, plain, read_function
+from .feedback import Feedback, correct, describe_error, malformed, never_raises, wrong
 from .isolation import kept_as_found
 from .loops import pass_mistake, record_passes, thrown_away_mistake
 
-__all__ = ["check_token_factor", "check_updates_per_epoch", "check_scheduled_loop", "UPDATES_TASK", "lr_factor"]
-
-UPDATES_TASK = {"n": 50, "k": 8, "epochs": 3}
-
-
-# --------------------------------------------------------------------------- 1. updates per epoch
-
-
-def _as_pair(answer):
-    """Two whole numbers from a tuple, list, array or tensor of two; None for anything else."""
-    if hasattr(answer, "shape") and hasattr(answer, "tolist"):  # an array or tensor of two numbers
-        answer = answer.tolist()
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        return None
-    first, second = as_int(answer[0]), as_int(answer[1])
-    return None if first is None or second is None else (first, second)
-
-
-@never_raises
-def check_updates_per_epoch(answer, n: int = UPDATES_TASK["n"], k: int = UPDATES_TASK["k"],
-                            epochs: int = UPDATES_TASK["epochs"]) -> Feedback:
-    """Exercise 1: ``(updates in one epoch, updates in `epochs` epochs)`` for ``n`` micro-batches per epoch."""
-    if is_unanswered(answer):
-        return unanswered("a pair (updates per epoch, updates in 3 epochs), e.g. (5, 15)")
-    pair = _as_pair(answer)
-    if pair is None:
-        return malformed(f"give a pair of whole numbers, e.g. (5, 15), not {type(answer).__name__} {answer!r}.")
-    per_epoch, total = pair
-    right = math.ceil(n / k)
-    if pair == (right, epochs * right):
-        return correct(f"ceil({n} / {k}) = {right} updates per epoch: {n // k} full groups and one of {n % k}. "
-                       f"A group ends at the epoch's end, so {epochs} epochs take {epochs} x {right} = "
-                       f"{epochs * right}: the num_training_steps to give a schedule.")
-    if per_epoch == n // k:
-        return wrong(f"{n} / {k} rounded down leaves out the last group of {n % k} micro-batches. A loop that drops "
-                     "it loses data every epoch; the correct loop steps on it too.")
-    if per_epoch in (n, n * epochs) or total == n * epochs:
-        return wrong("that counts micro-batches. The optimizer, and the scheduler with it, steps once per group "
-                     f"of k = {k}.")
-    if per_epoch == right and total == math.ceil(epochs * n / k):
-        return wrong(f"{total} = ceil({epochs * n} / {k}) lets a group run on from one epoch into the next. The "
-                     "loop starts a fresh group each epoch, and the short last group is an update of its own.")
-    if per_epoch == right:
-        return wrong(f"{right} per epoch is right. How many epochs are there, and does a group ever span two?")
-    return wrong(f"group the {n} micro-batches of an epoch in k = {k}: how many groups, counting a shorter "
-                 "last one?")
+__all__ = ["check_token_factor", "check_scheduled_loop", "lr_factor"]
 
 
 # --------------------------------------------------------------------------- 2. fix the loop
