@@ -127,7 +127,7 @@ bench: setup-test
 
 # Headless runs with the ecosystem's tools and their defaults, the machine kept busy (tools/soak.py).
 SOAK_OPTS ?=
-soak: setup-test graphviz
+soak: setup-test
 	$(PY) -m tools soak $(SOAK_OPTS)
 
 # The classroom kit (tools/classroom/; README > Teaching with this course). Build outputs only, in build/.

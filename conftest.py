@@ -32,11 +32,6 @@ except ImportError:  # nbval not installed: plain unit tests still run
 
 NOT_COMPARED: tuple = ()  # what nbval never compares here; the SVG joins it where another engine draws (below)
 SVG = "image/svg+xml"
-# Cells whose SVG is drawn to the scale of times measured as the notebook runs: it differs from run to run, so
-# only their text (the facts the drawing shows) is compared. {notebook: {cell id: what the drawing is}}
-MEASURED_DRAWINGS = {
-    "06_accumulation_across_processes.ipynb": {"twin-update": "a timeline of the ranks' measured update"},
-}
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before any test module imports torch (see above)
 
@@ -79,20 +74,6 @@ def pytest_collection_modifyitems(session, config, items):
     skipped = NOT_COMPARED + ((SVG,) if notebooks and svg_not_compared() is not None else ())
     for parent in notebooks.values():
         parent.skip_compare = tuple(parent.skip_compare) + tuple(k for k in skipped if k not in parent.skip_compare)
-    for item in items:
-        if isinstance(item.parent, IPyNbFile):
-            if item.cell.get("id") in MEASURED_DRAWINGS.get(item.parent.path.name, {}):
-                _compare_without_svg(item)
-
-
-def _compare_without_svg(item) -> None:
-    """nbval compares this cell's outputs without their SVG (MEASURED_DRAWINGS)."""
-    compare = item.compare_outputs
-
-    def without_svg(test, ref, skip_compare=None):
-        return compare(test, ref, tuple(skip_compare or item.parent.skip_compare) + (SVG,))
-
-    item.compare_outputs = without_svg
 
 
 # --lf reruns a failed notebook cell with the rest of its notebook. nbval runs a notebook's cells in order in one
