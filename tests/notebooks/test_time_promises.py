@@ -82,3 +82,12 @@ def test_each_core_path_fits_its_limit_and_the_optional_part_fits_in_20_minutes(
         "promise does not need into a 'Going deeper' part after the takeaways, or out")
     assert counted.optional_minutes <= OPTIONAL_LIMIT, (
         f"{path.name}: its optional part counts {counted.optional_minutes} minutes, more than {OPTIONAL_LIMIT}")
+
+
+MAP_TEXT = re.compile(r"^\| (\d\d) \| \[([^\]]+)\]\([^)]+\) \| (.*?) \| \d+ min \|$", re.M)
+
+
+def test_both_maps_promise_the_same_for_every_notebook():
+    start = next(c for c in cells(REPO / "notebooks" / "00_start_here.ipynb") if c.get("id") == "map")
+    readme = MAP_TEXT.findall((REPO / "README.md").read_text(encoding="utf-8"))
+    assert readme and readme == MAP_TEXT.findall("".join(start["source"]))
