@@ -281,6 +281,23 @@ def test_exercise_2_syncing_at_the_first_micro_batch_makes_one_call_per_bucket_a
     assert "very first update" in ex.check_first_sync((1, False)).message
 
 
+def test_each_exercise_prompt_says_what_its_check_runs():
+    """Exercise 1's check: two ranks, three fresh problems (data and weights from a fresh seed), unequal micro-batches
+    in two of them, the loop watched; exercise 2's: the prompt's k and buckets, no processes started."""
+    words = {2: "two", 3: "three"}
+    unequal = sum(len(set(sizes)) > 1 for sizes in ex._LOOP_SIZES)
+    ex1 = " ".join(cell_source("ex1-md").split())
+    assert f"on {words[ex._LOOP_WORLD]} real processes" in ex1
+    assert f"on {words[len(ex._LOOP_SIZES)]} fresh problems" in ex1
+    assert f"unequal sizes in {words[unequal]} of them" in ex1
+    assert "trust.fresh_seed()" in inspect.getsource(ex.check_ddp_accumulation)
+    assert "record_passes(" in inspect.getsource(ex._rank_problem)
+    ex2 = " ".join(cell_source("ex2-md").split())
+    defaults = inspect.signature(ex.check_first_sync).parameters
+    assert f"`k = {defaults['k'].default}`" in ex2 and f"splits into {defaults['buckets'].default} buckets" in ex2
+    assert "it starts no processes" in ex2 and "torchrun" not in inspect.getsource(ex.check_first_sync)
+
+
 def _full_batch_mean_gradient(n):
     """The single-process gradient of the mean loss over all n samples of the cases' data and model."""
     torch.manual_seed(1)
