@@ -98,10 +98,19 @@ def test_a_call_built_from_several_operations_records_several_nodes():
     layer = nn.Linear(3, 2)
     linear = base(inner_nodes(layer(t)))
     assert sorted(linear) == ["AddmmBackward", "TBackward", "ViewBackward", "ViewBackward"]
-    # the two views come from t having no batch dimension: on a batch the layer records a transpose and addmm only
-    batch = torch.randn(5, 3)
-    assert sorted(base(inner_nodes(layer(batch)))) == ["AddmmBackward", "TBackward"]
-    assert sorted(base(inner_nodes(nn.Linear(3, 2, bias=False)(batch)))) == ["MmBackward", "TBackward"]
+    # the two views come from an input that is not 2-D, batch or not: a (4, 5, 3) stack of batches gets them too,
+    # a (5, 3) batch gets a transpose and addmm only
+    rows, stack = torch.randn(5, 3, requires_grad=True), torch.randn(4, 5, 3, requires_grad=True)
+    assert sorted(base(inner_nodes(layer(rows)))) == ["AddmmBackward", "TBackward"]
+    assert sorted(base(inner_nodes(layer(stack)))) == sorted(linear)
+    for vector_or_stack, matrix in [(t, (1, 3)), (stack, (20, 3))]:  # viewed as a matrix, the result viewed back
+        views = [n for n in graph_nodes(layer(vector_or_stack)) if node_name(n).startswith("ViewBackward")]
+        assert sorted(tuple(n._saved_self_sym_sizes) for n in views) == sorted([vector_or_stack.shape,
+                                                                                 (matrix[0], 2)])
+    assert sorted(base(inner_nodes(nn.Linear(3, 2, bias=False)(rows)))) == ["MmBackward", "TBackward"]
+    text = {c["id"]: "".join(c["source"]) for c in _cells()}
+    assert "no\nbatch dimension" not in text["calls-why-md"] and "batch or not" in text["calls-why-md"]
+    assert "layer(stack)" in text["calls"] and "layer(rows)" in text["calls"]
     # the issue's other composite: cosine similarity records several nodes too
     assert len(inner_nodes(F.cosine_similarity(t, torch.randn(3, requires_grad=True), dim=0))) > 4
 
@@ -477,16 +486,65 @@ def test_a_node_returns_the_broadcast_shape_and_the_edge_sums_it():
     assert w.grad.shape == w.shape  # what reached w was summed on the edge
 
 
-def test_the_step_through_twin_has_b_deposited_before_w():
-    # the widget's graph: the example with a bias b = 0; after 5 steps b holds its gradient and w does not yet
+def _bias_example(spelling):
+    """The step-through's graph (the example with a bias b = 0), in one of two spellings of the same sum."""
     w, x, y, _, _ = seed_example()
     b = torch.tensor(0.0, requires_grad=True)
-    loss = ((y - (w * x + b)) ** 2).mean()
+    prediction = w * x + b if spelling == "w * x + b" else b + w * x
+    return w, b, ((y - prediction) ** 2).mean()
+
+
+def _engine_order(loss, w, b):
+    """The order in which PyTorch's engine runs the nodes (pre-hooks), and deposits into the leaves."""
+    ran, deposited = [], []
+    for node in graph_nodes(loss):
+        leaf = getattr(node, "variable", None)
+        name = node_name(node) + ("(w)" if leaf is w else "(b)" if leaf is b else "")
+        node.register_prehook(lambda grad_outputs, name=name: ran.append(name))
+    w.register_post_accumulate_grad_hook(lambda p: deposited.append("w"))
+    b.register_post_accumulate_grad_hook(lambda p: deposited.append("b"))
+    loss.backward()
+    return base(ran), deposited
+
+
+@pytest.mark.parametrize("spelling", ["w * x + b", "b + w * x"])
+def test_bs_node_waits_only_for_the_nodes_on_its_path_from_the_loss(spelling):
+    """The Predict of the step-through: which nodes must run before b's AccumulateGrad? In PyTorch's engine too."""
+    w, b, loss = _bias_example(spelling)
+    ran, _ = _engine_order(loss, w, b)
+    before_b = ran[:ran.index("AccumulateGrad(b)")]
+    assert before_b == ["MeanBackward", "PowBackward", "SubBackward", "AddBackward"]  # its path from the loss
+    assert ran.index("MulBackward") > ran.index("AccumulateGrad(b)")  # the multiplication was not needed
+
+
+def test_the_walk_is_one_order_and_the_engine_may_take_another_with_the_same_gradients():
+    """The notebook says the slider follows its walk, one reverse topological order, not necessarily the engine's.
+    Written b + w * x, the notebook's own walk deposits w first; PyTorch's engine deposits b first in both spellings."""
+    loop = _notebook_loop()
+    for spelling, walk_first in [("w * x + b", "b"), ("b + w * x", "w")]:
+        w, b, loss = _bias_example(spelling)
+        log = []
+        by_hand = loop(loss, log)
+        leaves = ["w" if node.variable is w else "b" for node, _, _ in log if hasattr(node, "variable")]
+        assert leaves[0] == walk_first
+        _, deposited = _engine_order(loss, w, b)
+        assert deposited == ["b", "w"]
+        assert_close(by_hand[w], w.grad)
+        assert_close(by_hand[b], b.grad)
+    text = {c["id"]: "".join(c["source"]) for c in _cells()}
+    assert "which nodes\nmust run before `b`'s `AccumulateGrad`?" in text["step-md"]
+    assert "w` or `b`" not in text["step-md"]  # not the old question, which only the walk's order answered
+    assert "one reverse\ntopological order; PyTorch's engine may take another" in text["mlp-md"]
+
+
+def test_the_step_through_twin_shows_b_deposited_before_the_multiplication_runs():
+    # the widget's graph after 5 steps: b's AccumulateGrad runs, the nodes on its path have run, MulBackward not yet
+    w, b, loss = _bias_example("w * x + b")
     log = []
     backward_by_hand(loss, log)
-    leaves = [node.variable for node, _, _ in log[:5] if hasattr(node, "variable")]
-    assert len(log) == 7 and leaves == [b]
-    assert node_name(log[3][0]).startswith("AddBackward")
+    assert len(log) == 7 and [node.variable for node, _, _ in log[:5] if hasattr(node, "variable")] == [b]
+    assert base(names_of(node for node, _, _ in log[:4])) == ["MeanBackward", "PowBackward", "SubBackward",
+                                                               "AddBackward"]
 
 
 # ---------------------------------------------------------------- what the exercises ask is never printed above them
@@ -566,6 +624,18 @@ def test_no_cell_raises_and_the_second_backward_is_shown_as_python_prints_it():
     assert err.startswith("Traceback (most recent call last):")
     assert "RuntimeError: Trying to backward through the graph a second time" in err
     assert not [o for c in cells.values() for o in c.get("outputs", []) if o["output_type"] == "error"]
+
+
+def test_the_second_backward_predict_names_neither_the_wrapper_nor_a_failure():
+    """The Predict comes before the cell and leaves the outcome open; the cell keeps its wrapper (Run All goes on)."""
+    cells = _cells()
+    ids = [c["id"] for c in cells]
+    ask = "".join(cells[ids.index("twice") - 1]["source"])
+    question = ask[ask.index("**Predict, then run:**"):]
+    assert "or something else? Why?" in question
+    for giveaway in ("shows_error", "error", "fail", "raise"):
+        assert giveaway not in question.lower()
+    assert "with lab.shows_error():" in "".join(cells[ids.index("twice")]["source"])
 
 
 def test_exercise_3s_example_gives_no_verdict():
@@ -666,3 +736,32 @@ def test_the_notebook_no_longer_says_render_works_everywhere():
     cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
     text = cells["torchviz-md"]
     assert "autograd_lab" in text and "`dot`" in text and "graphviz-pure -Tsvg" in text
+
+
+def _heights(svg):
+    """The y of each node of an SVG that Graphviz drew, by its first line of text (larger y: lower on the page)."""
+    heights = {}
+    for node in re.finditer(r'<g id="node\d+" class="node">(.*?)</g>', svg, re.S):
+        texts = re.findall(r"<text[^>]*y=\"(-?[\d.]+)\"[^>]*>([^<]*)</text>", node.group(1))
+        heights[texts[0][1].strip() or "()"] = float(texts[0][0])
+    return heights
+
+
+def test_torchviz_draws_the_other_way_up_the_loss_at_the_bottom():
+    """torchviz leaves Graphviz's default direction (top to bottom); the course draws bottom to top."""
+    import torchviz
+
+    from autograd_lab import draw_graph
+    from autograd_lab.graph import svg_of
+
+    w, x, y, _, loss = seed_example()
+    dot = torchviz.make_dot(loss, params={"w": w})
+    assert "rankdir" not in dot.source
+    theirs = _heights(svg_of(dot.source))
+    assert theirs["()"] > theirs["MeanBackward0"] > theirs["w"]  # the loss (its shape, "()") at the bottom
+    ours = _heights(draw_graph(loss, params={"w": w}, names={"loss": loss}).svg())
+    assert ours["loss"] < ours["MeanBackward0"] < ours["w"]      # the loss at the top
+    text = {c["id"]: "".join(c["source"]) for c in _cells()}["torchviz-md"]
+    assert "the loss at the bottom, the leaves at the top" in text and "from the top down" in text
+    assert "the loss green at the top, the leaf blue at the bottom" in {c["id"]: "".join(c["source"])
+                                                                         for c in _cells()}["draw-md"]
