@@ -11,13 +11,12 @@
   (once with split_batches=True): inside accumulate() only every k-th call moves it, outside it every call does.
   A schedule sized in updates therefore runs num_processes times too fast, inside accumulate() or after it; sized
   in updates x num_processes it gives the same rates exactly where it depends on step / total alone.
-- Checkpointing against accumulation, measured as the peak of live tensors over forward and backward: one
-  segment, or one segment per layer, saves nothing; segments in between do; accumulation divides activations by k.
 - bfloat16: a bfloat16 .grad loses precision with every micro-batch added; with grad_dtype = float32 autograd
   keeps the sum in float32. SGD (and RMSprop, Adagrad) step with that float32 .grad; Adam and AdamW refuse it
   and step once it is converted with .to(p.dtype) (grad_dtype set to None first).
 - The two-process part runs the training script that notebooks/07_accumulation_in_practice.ipynb writes with its
-  %%writefile cells, once, and checks what the ranks recorded against references computed here.
+  %%writefile cells, once, and checks what the ranks recorded against references computed here. The script names
+  its runs neutrally (the notebook asks to predict them): RUNS and WAYS below say what each one is.
 """
 
 from __future__ import annotations
@@ -32,12 +31,15 @@ import ddp_probe
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
-
-import autograd_lab as lab
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07_accumulation_in_practice.ipynb"
 SCRIPT_NAME = "train_tokens.py"  # the script the notebook writes (the conftest's `script` fixture reads it)
+# what each of the script's token runs is (model loop, factor on the summed loss) -> its name in the script
+RUNS = {"own, / N of the rank": "run A", "own, x world / N": "run B", "accelerate, x world / N": "run C",
+        "accelerate, x k x world / N": "run D"}
+# what each of its schedules under accelerate is (sized in, where it steps; 4 updates, k = 4) -> its name
+WAYS = {"4 steps, in accumulate()": "way 1", "4 steps, after accumulate()": "way 2",
+        "4 x world steps, in accumulate()": "way 3", "4 steps, split_batches=True": "way 4"}
 
 
 # --------------------------------------------------------------------------- schedules
@@ -260,84 +262,6 @@ def test_a_prepared_scheduler_does_not_step_when_the_optimizer_reports_a_skipped
     assert scheduler.get_last_lr()[0] == pytest.approx(0.05)
 
 
-# --------------------------------------------------------------------------- checkpointing against accumulation
-
-
-def _through(trunk, h, segments):
-    """`trunk`, checkpointed in `segments` equal pieces (0: not at all). A function of its own, so that no local
-    name keeps the trunk's output alive during backward (that alone would raise the peak by one activation)."""
-    if segments == 0:
-        return trunk(h)
-    size = len(trunk) // segments
-    for start in range(0, len(trunk), size):
-        h = checkpoint(trunk[start:start + size], h, use_reentrant=False)
-    return h
-
-
-def _peaks(trunk, head, x, y, settings):
-    """{(k, segments): (peak bytes, gradient)} of one update through `trunk` and `head`."""
-    params = [*trunk.parameters(), *head.parameters()]
-    found = {}
-    for k, segments in settings:
-        for p in params:
-            p.grad = None
-        with lab.PeakMemory() as peak:
-            for xb, yb in zip(x.chunk(k), y.chunk(k)):
-                (F.cross_entropy(head(_through(trunk, xb, segments)), yb, reduction="sum") / len(x)).backward()
-        found[k, segments] = peak.bytes, torch.cat([p.grad.flatten() for p in params])
-    return found
-
-
-@pytest.mark.parametrize("activation", [torch.nn.GELU, torch.nn.Tanh])
-def test_checkpointing_saves_only_what_the_segments_hold_inside_on_another_network(activation):
-    """8 layers (4 Linear + activation pairs), 2048 rows: one segment never saves; what pieces save depends on
-    whether the activation saves its input (GELU: a pair holds two tensors) or its output (Tanh: the next Linear's
-    input, a pair holds nothing of its own)."""
-    torch.manual_seed(4)
-    trunk = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(256, 256), activation())])
-    head = torch.nn.Linear(256, 5)
-    x, y = torch.randn(2048, 256), torch.randint(5, (2048,))
-    grads = sum(p.numel() * 4 for p in [*trunk.parameters(), *head.parameters()])
-    found = _peaks(trunk, head, x, y, [(1, 0), (1, 1), (1, 2), (1, 4), (1, 8), (4, 0)])
-    full = found[1, 0][0]
-    peak = {key: bytes_ for key, (bytes_, _) in found.items()}
-    assert all(torch.allclose(g, found[1, 0][1], atol=1e-6) for _, g in found.values())
-    assert abs(peak[1, 1] - full) <= 0.02 * full                  # one segment: the recomputation is all of it
-    assert peak[1, 2] < full - 0.1 * (full - grads)               # two segments of two pairs: saves
-    if activation is torch.nn.GELU:
-        assert peak[1, 4] < full - 0.15 * (full - grads)          # one pair a segment: still saves
-        assert abs(peak[1, 8] - full) <= 0.02 * full              # one layer a segment: the boundaries are all
-    else:
-        assert peak[1, 4] >= 0.98 * full                          # a Linear + Tanh pair hides nothing
-        assert peak[1, 8] > 1.2 * full                            # one layer a segment costs more
-    assert peak[4, 0] - grads < 0.5 * (full - grads)              # accumulation: the activations fall with k
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("activation", [torch.nn.GELU, torch.nn.ReLU])
-def test_the_notebooks_network_gives_the_table_the_notebook_reads(activation):
-    torch.manual_seed(0)
-    trunk = torch.nn.Sequential(torch.nn.Linear(128, 512), activation(), torch.nn.Linear(512, 512),
-                                activation(), torch.nn.Linear(512, 512), activation())
-    head = torch.nn.Linear(512, 10)
-    grads = sum(p.numel() * 4 for p in [*trunk.parameters(), *head.parameters()])
-    gains = []
-    for rows in (512, 4096):
-        g = torch.Generator().manual_seed(0)
-        x, y = torch.randn(rows, 128, generator=g), torch.randint(10, (rows,), generator=g)
-        settings = [(1, 0), (4, 0), (1, 1), (1, 3), (1, 6), (4, 3)]
-        peak = {key: bytes_ for key, (bytes_, _) in _peaks(trunk, head, x, y, settings).items()}
-        full = peak[1, 0]
-        assert abs(peak[1, 1] - full) < 0.01 * full                # one segment saves nothing
-        assert peak[4, 0] < full and peak[4, 3] <= peak[4, 0]       # accumulation saves; both save the most
-        if activation is torch.nn.GELU:
-            assert peak[4, 0] < peak[1, 3] < full and peak[1, 6] == full   # 3 segments: less than accumulation
-        else:
-            assert peak[1, 3] == full and peak[1, 6] > full               # ReLU: 3 save nothing, 6 cost more
-        gains.append((full - peak[4, 0]) / (full - grads))
-    assert gains[0] < gains[1]                                     # the fixed .grad: 512 rows gain less
-
-
 # --------------------------------------------------------------------------- bfloat16 sums
 
 
@@ -466,7 +390,7 @@ def _full_batch(train, sequences):
 def test_one_token_rule_gives_the_single_process_gradient_by_hand_and_in_accelerate(run, train):
     world, k = run.world_size, train["K"]
     _, labels = train["make_tokens"]()
-    updates = len(run.ranks[0]["grads"]["own loop,   x world / N"])
+    updates = len(run.ranks[0]["grads"][RUNS["own, x world / N"]])
     assert updates == 2 and train["SEQUENCES"] // world // 2 % k != 0, "the setting must leave a short last group"
     for update in range(updates):
         full = _full_batch(train, _update_sequences(train, world, update, range(world)))
@@ -474,10 +398,11 @@ def test_one_token_rule_gives_the_single_process_gradient_by_hand_and_in_acceler
         assert len(set(counts)) > 1, "the ranks must hold different numbers of tokens"
         grads = {rule: [torch.tensor(r["grads"][rule][update]) for r in run.ranks] for rule in run.ranks[0]["grads"]}
         assert all(torch.equal(g[0], g[1]) for g in grads.values())
-        assert torch.allclose(grads["own loop,   x world / N"][0], full, atol=1e-6)
-        assert torch.allclose(grads["accelerate, x k x world / N"][0], full, atol=1e-6)
-        assert torch.allclose(grads["accelerate, x world / N"][0], full / k, atol=1e-6)    # short group too
-        assert (grads["own loop,   / N of this rank"][0] - full).norm() / full.norm() > 0.05
+        assert sorted(grads) == sorted(RUNS.values())
+        assert torch.allclose(grads[RUNS["own, x world / N"]][0], full, atol=1e-6)
+        assert torch.allclose(grads[RUNS["accelerate, x k x world / N"]][0], full, atol=1e-6)
+        assert torch.allclose(grads[RUNS["accelerate, x world / N"]][0], full / k, atol=1e-6)    # short group too
+        assert (grads[RUNS["own, / N of the rank"]][0] - full).norm() / full.norm() > 0.05
 
 
 def _stepped(updates, steps_per_update, schedule):
@@ -499,7 +424,8 @@ def test_a_schedule_sized_in_updates_runs_num_processes_times_too_fast_in_accele
     world, wanted = run.world_size, [1.0, 0.75, 0.5, 0.25]
     assert world == 2
     for r in run.ranks:
-        lrs = r["lrs"]
+        lrs = {way: r["lrs"][name] for way, name in WAYS.items()}
+        assert sorted(r["lrs"]) == sorted(WAYS.values())
         assert lrs["4 steps, in accumulate()"] == lrs["4 steps, after accumulate()"] == pytest.approx([1.0, 0.5, 0, 0])
         assert lrs["4 x world steps, in accumulate()"] == pytest.approx(wanted)
         assert lrs["4 steps, split_batches=True"] == pytest.approx(wanted)
@@ -510,10 +436,11 @@ def test_the_notebooks_count_of_accelerate_s_scheduler_is_what_both_ranks_record
     """The widget's model: a LambdaLR stepped num_processes times per update (once with split_batches)."""
     linear = lambda step: max(0.0, 1 - step / 4)                                     # noqa: E731
     for r in run.ranks:
-        assert _stepped(4, run.world_size, linear) == r["lrs"]["4 steps, in accumulate()"]
-        assert _stepped(4, 1, linear) == r["lrs"]["4 steps, split_batches=True"]
+        assert _stepped(4, run.world_size, linear) == r["lrs"][WAYS["4 steps, in accumulate()"]]
+        assert _stepped(4, 1, linear) == r["lrs"][WAYS["4 steps, split_batches=True"]]
         sized = lambda step: max(0.0, 1 - step / (4 * run.world_size))               # noqa: E731
-        assert _stepped(4, run.world_size, sized) == pytest.approx(r["lrs"]["4 x world steps, in accumulate()"])
+        assert _stepped(4, run.world_size, sized) == pytest.approx(
+            r["lrs"][WAYS["4 x world steps, in accumulate()"]])
 
 
 @pytest.mark.parametrize("processes", [2, 3, 8])
