@@ -50,7 +50,7 @@ def _readme_names() -> set:
     """The package's names README's code teaches a learner to call on their own model."""
     readme = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8")
     code = "\n".join(re.findall(r"```python\n(.*?)```", readme, re.S))
-    return set(re.findall(r"\b([a-z_]+)\(", code)) & set(autograd_lab.__all__) | set(
+    return set(re.findall(r"\b([A-Za-z_]+)\(", code)) & set(autograd_lab.__all__) | set(
         n.strip() for line in re.findall(r"^from autograd_lab import (.+)$", code, re.M) for n in line.split(","))
 
 
