@@ -6,7 +6,8 @@
 # divide .grad by that count right before the step (section 2's divide at step).
 def divide_and_step(model, optimizer, samples):
     for p in model.parameters():
-        p.grad /= samples                                # the summed gradient becomes the group's mean
+        if p.grad is not None:                           # None: frozen, or not used by the loss
+            p.grad /= samples                            # the summed gradient becomes the group's mean
     optimizer.step()
     optimizer.zero_grad()
 

@@ -568,50 +568,89 @@ def test_training_loop_check_reports_a_crash_and_bad_forms():
     assert ex04.check_training_loop(lambda model: None).status == "malformed"
 
 
-# ================================================================== exercise 2: step counts
+# ================================================================== exercise 2: what each step adds up
+
+RIGHT_COUNTS = [2, 8, 8, 8, 8, 9, 8, 8, 8, 8]
 
 
 def test_04_step_count_task_is_one_the_notebook_never_prints():
-    """n = 41 is beyond the widget's n slider (1-40), and (5, 5, 6) is not the shape x, x - 1, x of 50 and 8."""
+    """n = 41 is beyond the widget's n slider (1-40), and the notebook never runs a second epoch of the copied loop."""
     assert ex04.STEP_COUNT_TASK == {"n": 41, "k": 8}
 
 
+def test_04_the_counts_need_the_tail_of_the_first_epoch_not_only_the_printed_formula():
+    """(n - 2) % k, the formula the notebook prints, gives the tail (7); the answer is where it goes: into the second
+    epoch's first step, with that step's own 2."""
+    n, k = ex04.STEP_COUNT_TASK["n"], ex04.STEP_COUNT_TASK["k"]
+    assert ex04._held_at_each_step(n, k) == RIGHT_COUNTS
+    assert RIGHT_COUNTS[5] == (n - 2) % k + 2 != (n - 2) % k
+
+
 @pytest.mark.parametrize("answer", [
-    (5, 5, 6), [5, 5, 6], np.array([5, 5, 6]), torch.tensor([5, 5, 6]), (np.int64(5), torch.tensor(5), 6.0),
-    (Fraction(5), 5, 6),
-], ids=["tuple", "list", "numpy", "tensor", "mixed", "fraction"])
+    RIGHT_COUNTS, tuple(RIGHT_COUNTS), np.array(RIGHT_COUNTS), torch.tensor(RIGHT_COUNTS),
+    [np.int64(2), torch.tensor(8), 8.0, Fraction(8), 8, 9, 8, 8, 8, 8],
+    ([2, 8, 8, 8, 8], [9, 8, 8, 8, 8]), np.array(RIGHT_COUNTS).reshape(2, 5), torch.tensor(RIGHT_COUNTS).reshape(2, 5),
+], ids=["list", "tuple", "numpy", "tensor", "mixed", "one list per epoch", "numpy 2x5", "tensor 2x5"])
 def test_04_step_counts_right_in_any_number_type(answer):
     assert ex04.check_step_counts(answer).passed
 
 
 @pytest.mark.parametrize("answer, words", [
-    ((6, 5, 6), "(i - 1) % 8 == 0 holds at i = 1, 9, 17"),  # as many as the correct loop
-    ((4, 5, 6), "(i - 1) % 8 == 0 holds at i = 1, 9, 17"),
-    ((5, 6, 6), "the last 1 micro-batch forms no full group"),  # the (i + 1) loop counted with the tail
-    ((5, 5, 5), "ceil(41 / 8)"),  # floor instead of ceil
+    ([2, 8, 8, 8, 8, 2, 8, 8, 8, 8], "nothing resets .grad between epochs: the 7 micro-batches after the last step"),
+    ([2, 8, 8, 8, 8, 7, 8, 8, 8, 8], ".grad also still holds the 7 micro-batches"),
+    ([1, 8, 8, 8, 8, 8, 8, 8, 8, 8], "the first step comes at i = 1 (counted from 0), so .grad then holds 2"),
+    ([8, 8, 8, 8, 8, 9, 8, 8, 8, 8], "the first step comes at i = 1"),  # the (i + 1) loop's steps
+    ([2, 8, 8, 8, 8], "5 steps an epoch, 10 in 2 epochs, and your list has 5 counts"),  # one epoch only
+    ([2, 8, 8, 8, 8, 7, 9, 8, 8, 8, 8, 7], "(0 - 1) % k is k - 1"),  # the tail counted as a step of its own
+    ((5, 5, 6), "at i = 1, 9, 17, ..."),  # the old question's answer: step counts of three loops
+    ([2, 8, 8, 7, 8, 9, 8, 8, 8, 8], "step 4: between two steps of one epoch, k = 8 micro-batches run"),
+    ([], "your list has 0 counts"),
 ])
 def test_04_step_counts_wrong_get_their_hint(answer, words):
-    assert _is_wrong_with(ex04.check_step_counts(answer), words)
+    assert _is_wrong_with(ex04.check_step_counts(answer), words), ex04.check_step_counts(answer).message
 
 
 @pytest.mark.parametrize("answer", [
-    "5,5,6", (5.5, 5, 6), (True, 5, 6), [5, 5], (float("nan"), 5, 6), torch.tensor([[5, 5, 6]]),
-    torch.zeros(3, device="meta"), torch.tensor([5, 5, 6]).to_sparse(), {5, 6}, 5, object(),
+    "2,8,8", (5.5, 8), (True, 8), (float("nan"), 8), torch.tensor([[[2, 8]]]), torch.zeros(3, device="meta"),
+    torch.tensor(RIGHT_COUNTS).to_sparse(), {2, 8}, 5, object(), torch.zeros(10**6), list(range(10**6)),
+    [[2, 8], "x"],
 ])
 def test_04_step_counts_malformed_never_raises(answer):
     assert ex04.check_step_counts(answer).status == "malformed"
 
 
 def test_step_counts_check():
-    fb = ex04.check_step_counts((5, 5, 6))
-    assert fb.passed and "the last 7 never reach a step" in fb.message, fb.message
+    fb = ex04.check_step_counts(RIGHT_COUNTS)
+    assert fb.passed and "leaves the last 7 micro-batches of an epoch in .grad" in fb.message, fb.message
     assert ex04.check_step_counts(...).status == "unanswered"
     assert "e.g." not in ex04.check_step_counts(...).message  # no example of the answer's shape
-    for bad in ([5, 5], (5.5, 5, 6), "5,5,6", (True, 5, 6)):
-        assert ex04.check_step_counts(bad).status == "malformed"
+    assert not any(str(c) in ex04.check_step_counts(...).message for c in (9, 41))
 
 
 def test_step_counts_check_at_other_n_and_k():
-    assert ex04.check_step_counts((7, 6, 7), n=50, k=8).passed
-    assert ex04.check_step_counts((25, 25, 25), n=25, k=1).passed  # k = 1: every loop steps every time
-    assert ex04.check_step_counts((12, 12, 12), n=24, k=2).passed
+    assert ex04.check_step_counts([1] * 20, n=10, k=1).passed  # k = 1: every micro-batch is a step, no tail
+    assert ex04.check_step_counts([2, 2, 2, 2, 3, 2, 2, 2], n=9, k=2).passed  # one left over, into epoch 2
+    assert ex04.check_step_counts([2, 3], n=3, k=5).passed  # one step an epoch
+    assert ex04.check_step_counts([], n=1, k=5).passed  # never a step
+    assert not ex04.check_step_counts([1], n=1, k=5).passed
+
+
+def test_04_the_worked_step_count_solution_passes():
+    namespace = {"ex": ex04}
+    exec((Path(__file__).parents[2] / "notebooks" / "solutions" / "04_step_counts.py").read_text(), namespace)
+    assert namespace["answer"] == RIGHT_COUNTS and ex04.check_step_counts(namespace["answer"]).passed
+
+
+def test_04_the_worked_loop_solution_leaves_a_parameter_without_grad_alone():
+    """Its divide_and_step divides only the .grad that exists: a frozen or unused layer keeps None, no TypeError."""
+    namespace = {"ex": ex04}
+    exec((Path(__file__).parents[2] / "notebooks" / "solutions" / "04_training_loop.py").read_text(), namespace)
+    model = nn.ModuleList([nn.Linear(3, 1), nn.Linear(3, 1), nn.Linear(3, 1)])
+    used, frozen, unused = model
+    frozen.requires_grad_(False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(3)]
+    namespace["train_epoch"](used, F.mse_loss, optimizer, batches, 2)  # the loss never reaches the other two
+    (F.mse_loss(used(batches[0][0]), batches[0][1]) * 4).backward()
+    namespace["divide_and_step"](model, optimizer, 4)
+    assert frozen.weight.grad is None and unused.weight.grad is None

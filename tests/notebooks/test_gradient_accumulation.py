@@ -6,7 +6,6 @@ The facts are computed here independently of the notebook (the loops and models 
 
 import copy
 import json
-import math
 from pathlib import Path
 
 import matplotlib
@@ -263,11 +262,44 @@ def test_plus_one_recipe_drops_the_tail_and_the_correct_one_steps_it():
     assert [g[-1] for g in groups] == [9, 19, 24] and left == []
 
 
-def test_step_counts_for_the_exercise():
+def _held_at_each_step(condition, n, k, epochs):
+    """Train-free: how many micro-batches' gradients .grad holds at each step, over epochs with no reset between."""
+    held, counts = 0, []
+    for _ in range(epochs):
+        groups, left = _steps(condition, n, k)
+        counts += [len(groups[0]) + held] + [len(g) for g in groups[1:]] if groups else []
+        held = len(left) if groups else held + n
+    return counts
+
+
+def test_what_each_step_of_the_copied_loop_holds_over_two_epochs_for_the_exercise():
+    """Exercise 2: the copied loop's steps over two epochs; the second epoch's first step adds the first's tail."""
     n, k = ex.STEP_COUNT_TASK["n"], ex.STEP_COUNT_TASK["k"]
-    counts = tuple(len(_steps(c, n, k)[0]) for c in (SEED, PLUS_ONE, CORRECT))
-    assert counts == (5, 5, 6) and counts[2] == math.ceil(n / k)
-    assert len(_steps(SEED, n, k)[1]) == (n - 2) % k == 7  # the copied loop leaves 7, the (i + 1) loop 1
+    counts = _held_at_each_step(SEED, n, k, 2)
+    assert counts == [2, 8, 8, 8, 8, 9, 8, 8, 8, 8]
+    assert counts[5] == 2 + (n - 2) % k  # the printed formula gives the tail; the leak into the next epoch adds it
+    assert ex.check_step_counts(counts).passed
+    batches = _batches(n)  # the same by training: .grad at each step, against each micro-batch's own gradient
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the parameters stay, so each gradient is known alone
+    alone = []
+    for x, y in batches:
+        model.zero_grad()
+        (F.mse_loss(model(x), y) / k).backward()
+        alone.append(model.weight.grad.clone())
+    model.zero_grad()
+    seen, held = [], []
+    for _ in range(2):
+        for i, (x, y) in enumerate(batches):
+            (F.mse_loss(model(x), y) / k).backward()
+            held.append(i)
+            if SEED(i, n, k):
+                torch.testing.assert_close(model.weight.grad, sum(alone[j] for j in held))
+                seen.append(len(held))
+                held = []
+                opt.step()
+                opt.zero_grad()
+    assert seen == counts
 
 
 def _batches(n, size=4, seed=0):
@@ -637,3 +669,193 @@ def test_each_exercise_prompt_says_what_its_check_runs():
     assert all(not stream for _, _, stream in ex._SCENARIOS[:len(ex._SCENARIOS) - streams])  # lists first
     n, k = ex.STEP_COUNT_TASK["n"], ex.STEP_COUNT_TASK["k"]
     assert f"`n = {n}`, `k = {k}`" in " ".join(cells["ex2-md"].split())
+
+
+def _cell(cell_id):
+    return next(c for c in _cells() if c["id"] == cell_id)
+
+
+def _run_cell(cell_id, **names):
+    """Run one of the notebook's code cells as written, in a namespace with the setup's imports: what it defines."""
+    namespace = {"torch": torch, "nn": nn, "F": F, "copy": copy, **names}
+    exec("".join(_cell(cell_id)["source"]), namespace)
+    return namespace
+
+
+def test_the_title_line_follows_the_navigation_line_as_in_notebooks_01_to_03():
+    lines = [line for line in "".join(_cell("intro")["source"]).splitlines() if line.strip()]
+    assert lines[0].startswith("[Course map](00_start_here.ipynb) | Previous:")
+    assert lines[1].startswith("# 04 Gradient accumulation: ")
+
+
+# --------------------------------------------------------------------------- "written out once, for any k"
+
+
+class _RecordingOptimizer:
+    """An optimizer that only notes the gradient each step would use."""
+
+    def __init__(self, params):
+        self.params, self.grads = list(params), []
+
+    def step(self):
+        self.grads.append(torch.cat([p.grad.reshape(-1) for p in self.params]).clone())
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+
+@pytest.mark.parametrize("k", [1, 3, 4, 5, 9, 10, 63, 64])
+def test_the_notebooks_update_uses_the_full_batch_gradient_also_for_k_that_does_not_divide_the_batch(k):
+    """Its update() (cell equiv-loops, run as written) cuts the batch into exactly k pieces and weighs each by its
+    share: the full-batch gradient for every k, not only for k that divide 64."""
+    update = _run_cell("equiv-loops")["update"]
+    torch.manual_seed(0)
+    X, Y = torch.randn(64, 8), torch.randn(64, 1)
+    mlp = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    full, accumulated = _RecordingOptimizer(mlp.parameters()), _RecordingOptimizer(mlp.parameters())
+    update(mlp, full, X, Y, 1)
+    update(mlp, accumulated, X, Y, k)
+    assert len(X.tensor_split(k)) == k
+    assert (accumulated.grads[0] - full.grads[0]).abs().max() < 1e-6
+
+
+def test_chunk_and_one_over_k_are_what_the_update_must_not_do_for_k_that_does_not_divide_the_batch():
+    """The mistake the update() of "for any k" once had: X.chunk(9) gives 8 pieces, and / k weighs them wrongly."""
+    torch.manual_seed(0)
+    X, Y = torch.randn(64, 8), torch.randn(64, 1)
+    mlp = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    assert len(X.chunk(9)) == 8 and [len(x) for x in X.chunk(3)] == [22, 22, 20]
+
+    def grad(k):
+        model = copy.deepcopy(mlp)
+        for x, y in zip(X.chunk(k), Y.chunk(k)):
+            (F.mse_loss(model(x), y) / k).backward()
+        return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+    assert (grad(4) - grad(1)).abs().max() < 1e-6
+    assert all((grad(k) - grad(1)).abs().max() > 1e-3 for k in (3, 5, 9, 10))
+    source = "".join(_cell("equiv-loops")["source"])
+    assert "chunk(" not in source and "/ k" not in source
+
+
+@pytest.mark.parametrize("name, make", [
+    ("SGD", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=1e-3)),
+    ("Adam", lambda p: torch.optim.Adam(p, lr=0.01)),
+])
+def test_five_updates_in_5_unequal_micro_batches_end_where_the_full_batch_does(name, make):
+    """The notebook's second case of "for any k": k = 5 cuts 64 samples into 13, 13, 13, 13, 12."""
+    ns = _run_cell("equiv-loops")
+    torch.manual_seed(0)
+    X, Y = torch.randn(64, 8), torch.randn(64, 1)
+    mlp = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    assert [len(x) for x in X.tensor_split(5)] == [13, 13, 13, 13, 12]
+    full, five = (ns["trained"](mlp, make, X, Y, k, updates=5) for k in (1, 5))
+    assert max((p - q).abs().max().item() for p, q in zip(full.parameters(), five.parameters())) < 1e-6
+
+
+# --------------------------------------------------------------------------- "with SGD it never is"; Adam
+
+
+def test_adams_first_step_hides_a_one_over_k_scale_of_the_gradient_and_sgds_does_not():
+    """A first update scaled by 2 / k (the copied recipe's 2 micro-batches, each divided by k) against the mean: the
+    same Adam step for every k, an SGD step 2 / k as long."""
+    g = torch.randn(4, generator=torch.Generator().manual_seed(0))
+    adam, sgd = (lambda p: torch.optim.Adam(p, lr=0.01)), (lambda p: torch.optim.SGD(p, lr=0.1))
+    for k in range(3, 13):
+        for make, same in ((adam, True), (sgd, False)):
+            steps = []
+            for scale in (1.0, 2 / k):
+                p = torch.zeros(4, requires_grad=True)
+                p.grad = g * scale
+                make([p]).step()
+                steps.append(p.detach().clone())
+            assert torch.allclose(steps[0], steps[1], rtol=0, atol=1e-6) == same, (k, same)
+
+
+def _train_with(make, batches, k, copied):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    opt = make(model.parameters())
+    if copied:
+        for i, (x, y) in enumerate(batches):
+            (F.mse_loss(model(x), y) / k).backward()
+            if SEED(i, len(batches), k):
+                opt.step()
+                opt.zero_grad()
+    else:
+        for s in range(0, len(batches), k):
+            group = batches[s:s + k]
+            F.mse_loss(model(torch.cat([x for x, _ in group])), torch.cat([y for _, y in group])).backward()
+            opt.step()
+            opt.zero_grad()
+    return model
+
+
+def test_from_k_3_the_copied_recipe_is_never_full_batch_training_with_sgd_but_can_be_with_adam():
+    """The boundary of "so with SGD it never is": at n = 2 its only update is micro-batches 0 and 1, the full
+    batch's too, scaled 2 / k: SGD moves 2 / k as far, Adam the same."""
+    sgd, adam = (lambda p: torch.optim.SGD(p, lr=0.1)), (lambda p: torch.optim.Adam(p, lr=0.01))
+    batches = _batches(2)
+    for k in range(3, 13):
+        for make, same in ((sgd, False), (adam, True)):
+            copied, ref = _train_with(make, batches, k, True), _train_with(make, batches, k, False)
+            agree = all(torch.allclose(p, q, rtol=0, atol=1e-6) for p, q in zip(copied.parameters(), ref.parameters()))
+            assert agree == same, (k, same)
+    text = " ".join("".join(_cell("boundary-end-md")["source"]).split())
+    assert "so with SGD, as here, it never is" in text and "hides the `1/k` of a first update" in text
+    assert "torch.optim.SGD(model.parameters()" in "".join(_cell("recipe-data")["source"])  # the comparison uses SGD
+
+
+def test_the_last_step_rule_is_written_so_that_it_holds_for_k_1_too():
+    """"The last i below n with (i - 1) % k == 0" is the copied recipe's last step for every k (i % k == 1 is never
+    true for k = 1), and it leaves (n - 2) % k micro-batches."""
+    text = "\n".join(_text(c) for c in _cells())
+    assert "i % k == 1" not in text and "with `(i - 1) % k == 0`, which" in " ".join(text.split())
+    for k in range(1, 13):
+        for n in range(2, 41):
+            groups, left = _steps(SEED, n, k)
+            last = max(i for i in range(n) if (i - 1) % k == 0)
+            assert groups[-1][-1] == last and len(left) == n - 1 - last == (n - 2) % k
+
+
+# --------------------------------------------------------------------------- the Try it: widget first, grid last
+
+
+def test_the_predict_asks_about_the_twins_case_and_the_grid_comes_after_the_rule_is_explained():
+    """The twin cell calls one of the cases the Predict names; the grid that prints the whole answer comes after the
+    widget, the twin and the text that explains the rule, not between the widget and the learner's own rule."""
+    cells = _cells()
+    ids = [c["id"] for c in cells]
+    predict = " ".join("".join(_cell("try-md")["source"]).split())
+    twin = _cell("widget-timeline")["metadata"]["autograd_lab"]["set"]
+    assert f"`n = {twin['n']}`" in predict and f"`k = {twin['k']}`" in predict
+    assert f"n={twin['n']}, k={twin['k']}" in "".join(_cell("twin-timeline")["source"])
+    assert ids.index("try-md") < ids.index("widget-timeline") < ids.index("twin-timeline") \
+        < ids.index("boundary-end-md") < ids.index("boundary-md") < ids.index("boundary")
+
+
+# --------------------------------------------------------------------------- dividing .grad at the step
+
+
+class _WithAnUnusedLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used, self.unused = nn.Linear(3, 1), nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.used(x)
+
+
+def test_divide_at_step_leaves_a_parameter_without_grad_alone():
+    """Cell split-setup's divide_at_step, run as written, on a model with a layer the loss never reaches (as a frozen
+    or unused layer is): no TypeError on its .grad of None, and the used layer gets the full-batch gradient."""
+    divide_at_step = _run_cell("split-setup")["divide_at_step"]
+    model = _WithAnUnusedLayer()
+    full = copy.deepcopy(model)
+    x, y = torch.randn(10, 3), torch.randn(10, 1)
+    F.mse_loss(full(x), y).backward()
+    divide_at_step(model, list(zip(x.split([7, 3]), y.split([7, 3]))),
+                   lambda out, y: F.mse_loss(out, y, reduction="sum"), len)
+    assert model.unused.weight.grad is None
+    torch.testing.assert_close(model.used.weight.grad, full.used.weight.grad)

@@ -7,7 +7,8 @@
   ``model.forward(x)``: both are watched. The first problems hand it a list; the last ones a stream (a
   generator, whose length is known only at its end): a loop that calls ``len()`` on it, indexes it, or reads it
   whole before it trains (``list(micro_batches)``, a first pass to count) gets a hint naming that.
-- ``check_step_counts(answer)``: how many optimizer steps three loops take for n = 41, k = 8.
+- ``check_step_counts(answer)``: for each optimizer step of the copied loop over two epochs (n = 41, k = 8),
+  how many micro-batches' gradients ``.grad`` holds, the tail the first epoch leaves included.
 """
 
 from __future__ import annotations
@@ -460,71 +461,113 @@ def check_training_loop(train_epoch) -> Feedback:
     )
 
 
-# --------------------------------------------------------------------------- 2. predict the step counts
+# --------------------------------------------------------------------------- 2. what each step adds up
 
 STEP_COUNT_TASK = {"n": 41, "k": 8}  # an n and k the notebook never prints
+_COUNT_EPOCHS = 2  # the second epoch's first step shows what the first left in .grad
+_MOST_COUNTS = 1000  # far more items than any answer: a longer list is not read item by item
 
 
-def _count(condition, n, k):
-    return sum(1 for i in range(n) if condition(i, n, k))
+def _copied_steps(n, k):
+    """The micro-batch indices i at which the copied loop steps in one epoch: (i - 1) % k == 0."""
+    return [i for i in range(n) if (i - 1) % k == 0]
 
 
-_LOOPS = {
-    "the copied loop, (i - 1) % k == 0": lambda i, n, k: (i - 1) % k == 0,
-    "the (i + 1) % k == 0 loop": lambda i, n, k: (i + 1) % k == 0,
-    "the correct loop, (i + 1) % k == 0 or i + 1 == n": lambda i, n, k: (i + 1) % k == 0 or i + 1 == n,
-}
+def _held_at_each_step(n, k, epochs=_COUNT_EPOCHS):
+    """How many micro-batches' gradients .grad holds at each step of the copied loop, over ``epochs`` epochs with
+    nothing that resets .grad between them."""
+    held, counts = 0, []
+    for _ in range(epochs):
+        for i in range(n):
+            held += 1
+            if (i - 1) % k == 0:
+                counts.append(held)
+                held = 0
+    return counts
 
 
 def _as_list(answer):
-    """A tuple, list, numpy array or 1-d tensor as a list of its items; anything else as None."""
-    if isinstance(answer, (tuple, list)):
-        return list(answer)
+    """A tuple, list, numpy array or 1-d tensor of at most ``_MOST_COUNTS`` items as a list of its items; anything
+    else as None."""
     if isinstance(answer, torch.Tensor):
-        return list(answer.detach().cpu().unbind(0)) if answer.dim() == 1 and not answer.is_sparse else None
-    if getattr(answer, "ndim", None) == 1 and hasattr(answer, "tolist"):  # numpy, without importing it
-        return list(answer)
-    return None
+        if answer.dim() != 1 or answer.is_sparse or answer.is_meta or len(answer) > _MOST_COUNTS:
+            return None
+        return list(answer.detach().cpu().unbind(0))
+    if not isinstance(answer, (tuple, list)) and not (getattr(answer, "ndim", None) == 1 and hasattr(answer, "tolist")):
+        return None  # (the second: numpy, without importing it)
+    return list(answer) if len(answer) <= _MOST_COUNTS else None
+
+
+def _counts(answer):
+    """The learner's counts as a list of ints, or None: one list, or one list for each epoch (a 2-d array or
+    tensor, a list of lists) read epoch after epoch."""
+    if isinstance(answer, torch.Tensor) and answer.dim() == 2 and not (answer.is_sparse or answer.is_meta):
+        answer = answer.reshape(-1)
+    elif getattr(answer, "ndim", None) == 2 and hasattr(answer, "reshape") and not isinstance(answer, torch.Tensor):
+        answer = answer.reshape(-1)  # numpy, without importing it
+    items = _as_list(answer)
+    if items and all(_as_list(item) is not None for item in items):  # one list per epoch
+        items = [x for item in items for x in _as_list(item)]
+    counts = [as_int(a) for a in items] if items is not None and len(items) <= _MOST_COUNTS else [None]
+    return None if None in counts else counts
+
+
+def _micro_batches(count):
+    return f"{count} micro-batch{'es' * (count != 1)}"
+
+
+def _step_count_hint(counts, expected, n, k):
+    """The first thing that is off in a list of per-step counts, said with the copied loop's steps."""
+    steps = _copied_steps(n, k)
+    shown = ", ".join(map(str, steps[:3])) + (", ..." if len(steps) > 3 else "")
+    if len(counts) != len(expected):
+        return (f"the copied loop steps where (i - 1) % {k} == 0, at i = {shown} (i runs 0..{n - 1}; not at i = 0, "
+                f"where (0 - 1) % k is k - 1 in Python): {len(steps)} steps an epoch, {len(expected)} in "
+                f"{_COUNT_EPOCHS} epochs, and your list has {len(counts)} counts.")
+    j = next(j for j, (got, want) in enumerate(zip(counts, expected)) if got != want)
+    per_epoch = len(steps)
+    if j == 0:
+        return (f"the first step comes at i = {steps[0]} (counted from 0), so .grad then holds "
+                f"{_micro_batches(steps[0] + 1)}, each divided by k.")
+    if j % per_epoch == 0:
+        left = n - 1 - steps[-1]
+        said = (f"step {j + 1}, the first of epoch {j // per_epoch + 1}, comes at i = {steps[0]} again, after "
+                f"{_micro_batches(steps[0] + 1)} of its own; ")
+        if counts[j] == steps[0] + 1:
+            return said + (f"but nothing resets .grad between epochs: the {_micro_batches(left)} after the last step "
+                           f"(i = {steps[-1]}) of the epoch before are still in it, and backward() adds to them.")
+        return said + f".grad also still holds the {_micro_batches(left)} the epoch before left after its last step."
+    return f"step {j + 1}: between two steps of one epoch, k = {k} micro-batches run, each adding to .grad."
 
 
 @never_raises
 def check_step_counts(answer, n: int = STEP_COUNT_TASK["n"], k: int = STEP_COUNT_TASK["k"]) -> Feedback:
-    """``answer``: (steps of the copied loop, steps of the (i + 1) loop, steps of the correct loop) for n, k."""
-    form = "a tuple of three ints: the steps of the copied loop, of the (i + 1) loop and of the correct loop"
+    """``answer``: for each optimizer step of the copied loop over two epochs of n micro-batches, in order, how many
+    micro-batches' gradients .grad holds."""
+    form = ("a list of ints, one for each optimizer.step() of the two epochs in order: how many micro-batches' "
+            "gradients .grad holds")
     if is_unanswered(answer):
         return unanswered(form)
-    items = _as_list(answer)
-    counts = [as_int(a) for a in items] if items is not None else []
-    if len(counts) != 3 or None in counts:
+    counts = _counts(answer)
+    if counts is None:
         return malformed(f"answer should be {form}.")
-    answer = counts
-    expected = [_count(cond, n, k) for cond in _LOOPS.values()]
-    if list(answer) == expected:
-        if n < 2 or k < 3:  # the notebook's task has neither; a short message for other uses of the check
-            return correct(f"{expected[0]}, {expected[1]} and {expected[2]} steps.")
-        left, dropped = (n - 2) % k, n % k
-        return correct(
-            f"{expected[0]}, {expected[1]} and {expected[2]} steps. The copied loop's first update uses only 2 "
-            f"micro-batches, and its last step comes after micro-batch {n - 1 - left} (counted from 0), so the last "
-            f"{left} never reach a step; the (i + 1) loop leaves the last {dropped} micro-batch"
-            f"{'es' * (dropped != 1)} unstepped."
-        )
-    hints = []
-    names = list(_LOOPS)
-    for name, got, want in zip(names, answer, expected):
-        if got == want:
-            continue
-        if name.startswith("the copied"):
-            hints.append(f"{name}: i runs 0..{n - 1}; (i - 1) % {k} == 0 holds at i = 1, {1 + k}, {1 + 2 * k}, ... "
-                         "(not at i = 0, where (0 - 1) % k is k - 1 in Python). Count them.")
-        elif name.startswith("the (i + 1)"):
-            r = n % k
-            hints.append(f"{name}: it steps after each full group of {k} only, at i = {k - 1}, {2 * k - 1}, ...; "
-                         f"the last {r} micro-batch{'es' * (r != 1)} form{'s' * (r == 1)} no full group.")
-        else:
-            hints.append(f"{name}: one step per group of {k} consecutive micro-batches, the last group possibly "
-                         f"shorter: ceil({n} / {k}).")
-    return wrong(f"with n = {n}, k = {k}: " + " ".join(hints))
+    expected = _held_at_each_step(n, k)
+    if not expected:  # not the notebook's task: a loop that never steps
+        return correct("the copied loop never steps.") if not counts else wrong(f"with n = {n}, k = {k} the copied "
+                                                                                "loop never steps.")
+    if counts != expected:
+        return wrong(f"with n = {n}, k = {k}: " + _step_count_hint(counts, expected, n, k))
+    per_epoch = len(expected) // _COUNT_EPOCHS
+    epochs = "; ".join(", ".join(map(str, expected[e * per_epoch:(e + 1) * per_epoch])) for e in range(_COUNT_EPOCHS))
+    steps = _copied_steps(n, k)
+    left = n - 1 - steps[-1]
+    if not left:
+        return correct(f"{epochs}.")
+    return correct(
+        f"{epochs}. The copied loop leaves the last {_micro_batches(left)} of an epoch in .grad, and nothing resets "
+        f"it: the next epoch's first step adds them to its own {steps[0] + 1}, each divided by k, and they count "
+        "in an update of the wrong epoch."
+    )
 
 
 trust.record(__name__)  # last: every name above is defined (see .trust)
