@@ -45,9 +45,30 @@ def test_result_requires_grad_iff_any_input_does(x_rg, y_rg):
     assert (z.grad_fn is None) == z.is_leaf
 
 
-# The decision table of section 2, each row tried on more cases than the notebook shows. Not recorded: no input
-# that requires grad takes part (none requires grad, or x only lends its shape, dtype and device: the *_like and
-# new_* factories), an integer or boolean result, or a result PyTorch declares not differentiable (histc).
+def _copied(x):
+    """x.new_tensor(x): every value of x read, into a new tensor (PyTorch warns that it is a detached copy)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return x.new_tensor(x)
+
+
+def _tensor_of(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.tensor(x)
+
+
+def _written_into(x):
+    """A new tensor (a leaf that needs no gradient), then one entry of x written into it in place."""
+    m = torch.zeros(3, dtype=x.dtype)
+    m[1] = x[1]
+    return m
+
+
+# The decision table of section 2, each row tried on more cases than the notebook shows. Not recorded: no tensor
+# that requires grad is a differentiable input (none requires grad; x only lends its shape, dtype and device to a
+# *_like or new_* factory; new_tensor copies its values into a tensor without history; x only decides a boolean
+# mask or condition), an integer or boolean result, or a result PyTorch declares not differentiable (histc).
 UNRECORDED = {
     "no input requires grad": lambda x: x.detach() * 2,
     "comparison": lambda x: x > 0,
@@ -65,6 +86,12 @@ UNRECORDED = {
     "new_ones": lambda x: x.new_ones(3),
     "new_full": lambda x: x.new_full((3,), 2.0),
     "new_tensor": lambda x: x.new_tensor([1.0, 2.0]),
+    "new_tensor of x itself (every value read)": _copied,
+    "torch.tensor of x itself (every value read)": _tensor_of,
+    "new_empty": lambda x: x.new_empty(3),
+    "fill_ with a Python number taken from x": lambda x: x.new_zeros(3).fill_(x.sum().item()),
+    "masked_fill with x only in the mask": lambda x: torch.zeros_like(x).masked_fill(x > 0, 1.0),
+    "where with x only in the condition": lambda x: torch.where(x > 0, 1.0, -1.0),
     "empty_like": torch.empty_like,
     "rand_like": torch.rand_like,
     "randn_like": torch.randn_like,
@@ -86,6 +113,12 @@ RECORDED = {
     "clone": lambda x: x.clone(),
     "zero_ on a copy (an operand, overwritten)": lambda x: x.clone().zero_(),
     "fill_ on a copy (an operand, overwritten)": lambda x: x.clone().fill_(2.0),
+    "copy_ of a detached source into a recorded tensor": lambda x: (x * 2).copy_(x.detach()),
+    "mul_(0) on a copy": lambda x: x.clone().mul_(0),
+    "masked_fill_ on a copy": lambda x: x.clone().masked_fill_(x.detach() > 0, 0.0),
+    "copy_ of x into a new tensor": lambda x: x.new_zeros(3).copy_(x),
+    "fill_ of a new tensor with a value that requires grad": lambda x: x.new_zeros(3).fill_(x.sum()),
+    "x written into one entry of a new tensor": _written_into,
 }
 # Recorded with a node that has no derivative formula: the third outcome, which fails only at backward.
 RECORDED_THEN_RAISES = {
@@ -160,7 +193,7 @@ def test_the_cells_a_prediction_is_asked_about_hold_no_comment_that_answers_it()
     what comes out (no comment, no warning caught), and section 5's heading does not say the gradient is lost."""
     cells = {c["id"]: c for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
     source = {k: "".join(c["source"]) for k, c in cells.items()}
-    assert "#" not in source["exceptions"]
+    assert "#" not in source["exceptions"] and "#" not in source["copies"]
     assert "warn" not in source["trap"] and "#" not in source["trap"]
     assert "Predict" in source["trap-md"]
     heading = source["trap-md"].splitlines()[0].lower()
@@ -178,10 +211,13 @@ def _outcome(t):
 
 
 def test_the_notebooks_table_puts_every_row_in_its_outcome():
-    """The notebook's own cell, run here: each of its rows lands where the decision table says."""
+    """The notebook's own cells, run here: each of its rows lands where the decision table says (the two rows the
+    second question turns on included: zero_ on a recorded copy, and new_tensor reading every value of x)."""
     cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
-    namespace = {"torch": torch}
+    namespace = {"torch": torch, "warnings": warnings}
     exec(cells["exceptions"], namespace)
+    exec(cells["copies"], namespace)
+    assert {"x.clone().zero_()", "x.new_tensor(x)"} <= set(namespace["results"])
     outcomes = {name: _outcome(t) for name, t in namespace["results"].items()}
     rows = [[col.strip() for col in line.strip("|").split("|")] for line in cells["exceptions-after"].splitlines()
             if line.startswith("|") and not line.startswith("|---")][1:]
@@ -189,6 +225,78 @@ def test_the_notebooks_table_puts_every_row_in_its_outcome():
         placed = [row[2] for row in rows if any(token in name for token in re.findall(r"`([^`]+)`", row[3]))]
         assert placed == [verdict], f"{name}: the table puts it in {placed}, running it gives {verdict!r}"
     assert set(outcomes.values()) == {"not recorded", "recorded", "recorded, then backward raises"}
+
+
+def test_the_second_question_is_about_differentiable_inputs_not_about_reading_x():
+    """What the table's second question and the takeaway say: reading x (all of it, or only its shape) does not
+    decide; being a differentiable input does. new_tensor reads every value and records nothing; zero_ on a
+    recorded copy keeps only the shape and is recorded; a factory's tensor written into from x is recorded."""
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
+    for text in (cells["exceptions-after"], cells["takeaways"]):
+        assert "differentiable input" in text and "in-place" in text and "new_tensor" in text
+        assert "more than its shape" not in text
+    x = torch.tensor([1.5, -0.5, 2.0], requires_grad=True)
+    copied = _copied(x)
+    assert torch.equal(copied, x.detach()) and copied.grad_fn is None and not copied.requires_grad
+    assert copied.dtype == x.dtype and copied.device == x.device and copied.data_ptr() != x.data_ptr()
+    zeroed = x.clone().zero_()
+    assert fn_name(zeroed).startswith("ZeroBackward") and torch.equal(zeroed.detach(), torch.zeros(3))
+    zeroed.sum().backward()
+    assert torch.equal(x.grad, torch.zeros(3))  # recorded, and x gets a zero gradient through the overwrite
+
+
+def test_pytorchs_advice_names_the_detached_copy_the_prose_quotes(capsys):
+    """The outcomes cell prints PyTorch's warning up to its first ' or ': it must name x.detach().clone()."""
+    namespace = {"torch": torch, "warnings": warnings}
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
+    for cell_id in ("exceptions", "copies", "outcomes"):
+        exec(cells[cell_id], namespace)
+    advice = capsys.readouterr().out.splitlines()[-1]
+    assert advice.endswith("it is recommended to use sourceTensor.detach().clone()"), advice
+    assert "requires_grad_" not in advice  # nothing that hands exercise 3 its repair
+
+
+@pytest.mark.parametrize("write", [
+    lambda t: t.zero_(),
+    lambda t: t.fill_(2.0),
+    lambda t: t.copy_(torch.ones(3)),
+    lambda t: t.mul_(0),
+    lambda t: t.clamp_(max=-10.0),
+    lambda t: t.masked_fill_(torch.tensor([True, True, True]), 1.0),
+    lambda t: t.index_fill_(0, torch.arange(3), 0.0),
+], ids=["zero_", "fill_", "copy_", "mul_", "clamp_", "masked_fill_", "index_fill_"])
+def test_an_in_place_write_into_a_recorded_tensor_is_always_recorded(write):
+    """Even when it overwrites every value with constants: the tensor written into is a differentiable input."""
+    x = torch.tensor([1.5, -0.5, 2.0], requires_grad=True)
+    t = x * 1
+    write(t)
+    assert t.grad_fn is not None and t.requires_grad
+    t.sum().backward()
+    assert x.grad is not None
+    free = x.detach() * 1
+    write(free)
+    assert free.grad_fn is None  # the same write into a tensor that requires no grad: nothing recorded
+
+
+def test_a_graph_of_c_leaves_b_out(capsys):
+    """Section 1: b needs no gradient, so a graph of c = a + b has no box for it (as 00's graph had none for x)."""
+    from autograd_lab import draw_graph
+
+    a, b = torch.tensor(2.0, requires_grad=True), torch.tensor(4.0)
+    text = repr(draw_graph(a + b, params={"a": a, "b": b}))
+    assert "leaf a" in text and "leaf b" not in text and text.count("AccumulateGrad") == 1
+
+
+def test_the_takeaway_names_the_one_way_a_non_leaf_keeps_its_gradient():
+    """'backward() stores gradients only in leaves that require grad' holds unless retain_grad() was called."""
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
+    takeaway = " ".join(cells["takeaways"].split())
+    assert "only in leaves that require grad (unless you call `retain_grad()` on a non-leaf)" in takeaway
+    a = torch.tensor(2.0, requires_grad=True)
+    c = a * 3
+    c.retain_grad()
+    (c * c).backward()
+    assert not c.is_leaf and c.grad.item() == 12.0
 
 
 def test_grad_is_none_until_backward_and_lands_on_leaves_only():

@@ -108,3 +108,17 @@ def test_the_widget_comes_after_the_question_it_helps_answer():
     asked = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "Predict:" in "".join(c["source"])]
     assert asked and max(asked) < start - 1  # the question, then the function, then the widget
     assert not any("Predict" in "".join(c["source"]) for c in cells[start:twin + 1])
+
+
+def test_the_predict_asks_what_only_the_widget_answers_and_the_twin_shows_one_of_its_settings():
+    """The question states no gradient (the cell before it already gives w's in w * x + b, so it asks about b's);
+    the twin's setting is one the question names, as the 'How the notebooks work' list promises."""
+    cells = _cells(START)
+    question = cells["try-md"][cells["try-md"].index("**Predict:**"):]
+    flat = " ".join(question.split())
+    assert "is `x`" not in flat and "gradient with respect to" not in flat
+    assert "`b.grad`" in flat
+    widget = next(c for c in json.loads(START.read_text())["cells"] if "autograd_lab" in c["metadata"])
+    setting = widget["metadata"]["autograd_lab"]["set"]
+    assert f"`{setting['formula']}`" in flat and f"`x = {setting['x']}`" in flat
+    assert "fixed at one setting" in " ".join(cells["how"].split())

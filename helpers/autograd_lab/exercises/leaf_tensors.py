@@ -31,9 +31,10 @@ LEAVES_SNIPPET = """\
 w = torch.randn(3, requires_grad=True)
 x = torch.randn(3)
 h = w * x
-loss = h.sum()
-v = w.detach()
-s = x * 2"""
+s = x * 2
+z = torch.zeros_like(w)
+m = torch.zeros(3)
+m[1] = w[1]"""
 
 def _run_snippet(snippet: str) -> dict:
     """Run a snippet in a fresh namespace (with ``torch``) and return its tensors by name."""
@@ -44,40 +45,50 @@ def _run_snippet(snippet: str) -> dict:
 
 # ---------------------------------------------------------------- exercise 1: which tensors are leaves?
 
-
-def _leaf_hint(name: str, t: torch.Tensor, is_leaf: bool, snippet_line: str) -> str:
-    line = f"`{snippet_line}`"
-    made_by_factory = snippet_line.split("=", 1)[1].strip().startswith("torch.")
-    if not is_leaf:
-        return (
-            f"{line}: an input requires grad, so the operation was recorded; {name} has a grad_fn "
-            f"({node_name(t.grad_fn)}) and is not a leaf."
-        )
-    if made_by_factory and t.requires_grad:
-        return f"{line}: you created {name} yourself with requires_grad=True, so no operation made it: a leaf."
-    if made_by_factory:
-        return f"{line}: created by you, without requires_grad; a tensor that records no history is a leaf."
-    if "detach()" in snippet_line:
-        return f"{line}: detach() returns a tensor with the same data and no history (grad_fn None): a leaf."
-    return (
-        f"{line}: made by an operation, but none of its inputs requires grad, so nothing was recorded; "
-        f"{name} has no grad_fn, and every tensor without a grad_fn is a leaf."
-    )
+# Why each tensor of the snippet is, or is not, a leaf: shown for a tensor the learner misplaced. The verdict
+# itself comes from running the snippet; "{fn}" is the grad_fn it gave the tensor.
+_LEAF_WHY = {
+    "w": "you created w yourself with requires_grad=True; no operation made it: a leaf.",
+    "x": "created by you, without requires_grad; a tensor that records no history is a leaf.",
+    "h": "an input, w, requires grad, so the product was recorded; h has a grad_fn ({fn}) and is not a leaf.",
+    "s": "made by an operation, but none of its inputs requires grad, so nothing was recorded; s has no grad_fn, "
+         "and every tensor without a grad_fn is a leaf.",
+    "z": "zeros_like takes only w's shape, dtype and device: w is no differentiable input of it, so nothing was "
+         "recorded and z has no grad_fn: a leaf.",
+    "m": "you created m as a leaf, but the second line writes w's value into it in place, and w requires grad. "
+         "An in-place operation takes in the tensor it writes into: the write was recorded, m now has a grad_fn "
+         "({fn}) and is no longer a leaf.",
+}
 
 
-def _leaf_pattern(chosen: set, tensors: dict, made_by_you: set) -> str:
+def _snippet_lines(name: str) -> str:
+    """The snippet's lines that make or change ``name`` (`m = ...`, then `m[1] = ...`), as the hint quotes them."""
+    lines = [line.strip() for line in LEAVES_SNIPPET.splitlines()
+             if line.split("=", 1)[0].strip().split("[", 1)[0] == name]
+    return ", then ".join(f"`{line}`" for line in lines)
+
+
+def _leaf_hint(name: str, t: torch.Tensor) -> str:
+    fn = "None" if t.grad_fn is None else node_name(t.grad_fn)
+    return f"{_snippet_lines(name)}: " + _LEAF_WHY[name].format(fn=fn)
+
+
+def _leaf_pattern(chosen: set, tensors: dict) -> str:
     """A sentence naming the belief behind a whole wrong answer, when it is a common one ('' otherwise)."""
     leaves = {n for n, t in tensors.items() if t.is_leaf}
     needs_grad = {n for n, t in tensors.items() if t.requires_grad}
+    made_by_factory = {n for n in tensors if any(line.startswith(f"{n} = torch.")
+                                                 for line in LEAVES_SNIPPET.splitlines())}
     patterns = [
         (set(), "You chose none, yet every tensor without a grad_fn is a leaf. "),
         (needs_grad, "You chose the tensors that require grad: being a leaf is about history (no grad_fn), "
                      "not about requires_grad. "),
-        (set(tensors) - leaves, "You chose exactly the non-leaves: the tensors an operation made while recording. "),
+        (set(tensors) - leaves, "You chose exactly the non-leaves: the tensors a recorded operation made or changed. "),
         (leaves & needs_grad, "You kept only the leaves that require grad (the parameters); a tensor that needs "
                               "no gradient and has no grad_fn is a leaf too. "),
-        (made_by_you, "You kept only the tensors created directly; a tensor an operation made is a leaf too "
-                      "when nothing was recorded. "),
+        (made_by_factory, "You kept the tensors a torch function created: a leaf is a tensor without a grad_fn, "
+                          "whoever made it. An operation that records nothing leaves none, and a recorded change "
+                          "gives one. "),
     ]
     return next((text for pattern, text in patterns if chosen == pattern), "")
 
@@ -111,21 +122,20 @@ def check_leaves(answer) -> Feedback:
         shown += ", ..." if len(unknown) > 5 else ""
         return malformed(f"the snippet has no tensor named {shown}; its tensors are {', '.join(names)}.")
     leaves = {n for n, t in tensors.items() if t.is_leaf}
-    lines = {line.split("=", 1)[0].strip(): line.strip() for line in LEAVES_SNIPPET.splitlines()}
     if chosen == leaves:
         return correct(
             f"the leaves are {', '.join(n for n in names if n in leaves)}. A leaf is any tensor without a grad_fn: "
-            "one you created, or one whose inputs record nothing."
+            "one you created and no recorded operation has written into, or one made by an operation that "
+            "recorded nothing."
         )
-    made_by_you = {n for n in names if lines[n].split("=", 1)[1].strip().startswith("torch.")}
     hints = []
     for n in names:
         if (n in chosen) != (n in leaves):
             verdict = "is a leaf" if n in leaves else "is not a leaf"
-            hints.append(f"- {n} {verdict}. " + _leaf_hint(n, tensors[n], n in leaves, lines[n]))
+            hints.append(f"- {n} {verdict}. " + _leaf_hint(n, tensors[n]))
     count = len(hints)
     return wrong(
-        f"{count} tensor{'s' if count > 1 else ''} misplaced. {_leaf_pattern(chosen, tensors, made_by_you)}"
+        f"{count} tensor{'s' if count > 1 else ''} misplaced. {_leaf_pattern(chosen, tensors)}"
         "Run the snippet and print `t.is_leaf` to see it for yourself:\n" + "\n".join(hints)
     )
 
@@ -134,47 +144,53 @@ def check_leaves(answer) -> Feedback:
 
 RECORDING_X = "torch.tensor([1.5, -0.5, 2.0], requires_grad=True)"
 RECORDING = {
-    "A": "(x > 0).float()",
-    "B": "x - x.detach()",
+    "A": "x.new_zeros(3).fill_(x.sum())",
+    "B": "x.new_zeros(3).fill_(x.sum().item())",
     "C": "x + torch.floor_divide(x, 2)",
-    "D": "torch.full_like(x, 2.0)",
+    "D": "(x * 2).copy_(x.detach())",
     "E": "torch.where(x > 0, x, 0.0)",
 }
 OUTCOMES = ("recorded", "not recorded", "raises")
 
 # Why each result has its outcome, and what to think about when a learner placed it elsewhere.
 _RECORDING_WHY = {
-    "A": "`x > 0` gives booleans, which record nothing, and `.float()` then converts a tensor that requires no grad: "
-         "the float dtype at the end does not bring back the history the comparison cut.",
-    "B": "its value is always 0, but recording never looks at values: `x` requires grad and enters the subtraction, "
-         "so it is recorded, and backward sends `x` a gradient of 1 (the detached copy gets none).",
-    "C": "`x` takes part in both the addition and `floor_divide`, so both are recorded. Backward walks every "
-         "recorded path from the output back to `x`: the direct one works, but the other reaches `floor_divide`'s "
-         "node, which has no derivative formula, and backward raises there.",
-    "D": "`full_like` takes only the shape, dtype and device of `x`, never its values: `x` lends a template and "
-         "takes no part in the computation, so nothing is recorded, as for `zeros_like`.",
-    "E": "the comparison inside records nothing, but `x` itself is an input of `torch.where` and the result is "
-         "float: recorded, and backward works (the gradient reaches the entries where the condition held).",
+    "A": "`new_zeros` makes a tensor without history, but `fill_` then takes `x.sum()`, which requires grad, as the "
+         "value it writes: a differentiable input, so it is recorded, and backward sends each entry's gradient back "
+         "to that value and on to `x`.",
+    "B": "`.item()` turns `x.sum()` into a Python number, which has no history, and `fill_` writes it into a tensor "
+         "that requires no grad: no input requires grad, so nothing is recorded, although every value came "
+         "from `x`.",
+    "C": "`x` is a differentiable input of both the addition and `floor_divide`, so both are recorded. Backward "
+         "walks every recorded path from the output back to `x`: the direct one works, but the other reaches "
+         "`floor_divide`'s node, which has no derivative formula, and backward raises there.",
+    "D": "every value comes from `x.detach()`, but an in-place operation always takes in the tensor it writes into, "
+         "and `x * 2` requires grad: `copy_` is recorded, and backward works (it sends `x` a zero gradient, for the "
+         "values it overwrote).",
+    "E": "the comparison inside records nothing, but `x` itself is a differentiable input of `torch.where` and the "
+         "result is float: recorded, and backward works (the gradient reaches the entries where the condition held).",
 }
 
 
 # A hint for each wrong place a result can be put: the mistaken belief, and the question of the table to ask.
 _RECORDING_NUDGE = {
-    ("A", "recorded"): "the result is float, but look at where it came from: `x > 0` gives booleans. Does "
-                       "`.float()` receive a tensor that requires grad?",
-    ("A", "raises"): "a node can raise at backward only if it was recorded first. Does `.float()` receive a tensor "
-                     "that requires grad?",
-    ("B", "not recorded"): "its value is always 0, but the decision table never asks about values. Does an input "
-                           "of the subtraction require grad?",
-    ("B", "raises"): "a subtraction has a derivative formula (1 for the first input, -1 for the second), whatever "
-                     "the inputs hold.",
-    ("C", "not recorded"): "walk the addition down the table: grad mode is on, `x` requires grad and takes part, "
-                           "the result is float. Does any of those answers stop it from being recorded?",
+    ("A", "not recorded"): "`new_zeros` records nothing, like the table's `new_*` factories, but it is not the last "
+                           "operation: what does `fill_` take as the value it writes, and does that require grad?",
+    ("A", "raises"): "filling with a value has a derivative: each entry's gradient goes back to the value it was "
+                     "filled with.",
+    ("B", "recorded"): "every value comes from `x`, but through what? `.item()` gives a Python number: does any "
+                       "input of `fill_` require grad?",
+    ("B", "raises"): "a node can raise at backward only if it was recorded first. Once `.item()` has made `x.sum()` "
+                     "a Python number, does any input of `fill_` require grad?",
+    ("C", "not recorded"): "walk the addition down the table: grad mode is on, `x` is a differentiable input, the "
+                           "result is float. Does any of those answers stop it from being recorded?",
     ("C", "recorded"): "recorded, yes, and the addition has a derivative formula. But backward walks every recorded "
                        "path from the output back to `x`, not only the direct one: which node sits on the other?",
-    ("D", "recorded"): "what does `full_like` read from `x`: its values, or only its shape? Compare `zeros_like`.",
-    ("D", "raises"): "what does `full_like` read from `x`: its values, or only its shape? Compare `zeros_like`.",
-    ("E", "not recorded"): "the comparison inside records nothing, but is `x` itself an input of `torch.where`?",
+    ("D", "not recorded"): "every value comes from `x.detach()`, but `copy_` writes in place. Which tensor does an "
+                           "in-place operation always take in, and does `x * 2` require grad?",
+    ("D", "raises"): "`copy_` has a derivative formula: the gradient goes to the source, and zero to the values it "
+                     "overwrote.",
+    ("E", "not recorded"): "the comparison inside records nothing, but is `x` itself a differentiable input of "
+                           "`torch.where`?",
     ("E", "raises"): "`torch.where` only picks entries: its derivative is 1 where it picked from `x` and 0 elsewhere.",
 }
 
