@@ -39,7 +39,7 @@ from tools.classroom import layout  # noqa: E402 (the repository root is on sys.
 NOTEBOOK = REPO / "notebooks" / "01_leaf_tensors.ipynb"
 ASSIGNMENT = NOTEBOOK.stem
 CHECKS = "autograd_lab.exercises.leaf_tensors"  # the module the notebook imports as `ex`
-WRONG = {"ex-leaves": 'answer = {"w", "h"}'}  # Bob's answer to the first exercise: w and h require grad
+WRONG = {"ex-leaves": 'answer = {"w", "h"}'}  # Bob's answer to the first exercise: two tensors that require grad
 WAIT_S = 120  # a user's server starting, a fetch, a save, a submit, on a busy two-core machine
 LAB = ".jp-LabShell"
 
