@@ -630,3 +630,14 @@ def test_exercise_3_the_worked_solution_passes():
     namespace = {"nn": nn, "torch": torch, "ex": ex05}
     exec((Path(__file__).parents[2] / "notebooks" / "solutions" / "05_normalized_model.py").read_text(), namespace)
     assert ex05.check_normalized_model(namespace["make_model"]).passed
+
+
+@pytest.mark.parametrize("update, says, never", [
+    (right_update, "came in with the micro-batches' losses", "backward() of its own"),
+    (update_penalty_once, "backward() of its own", "came in with the micro-batches' losses"),
+    (update_grad_per_micro_batch, "once in total", "Your penalty"),  # autograd.grad by hand: nothing claimed
+], ids=["penalty-with-the-share", "penalty-own-backward", "by-hand"])
+def test_exercise_2_correct_message_describes_what_the_answer_did_with_the_penalty(update, says, never):
+    """Both forms of the penalty pass (the prompt asks for neither), and the praise names the one the answer used."""
+    fb = ex05.check_accumulated_update(update)
+    assert fb.passed and says in fb.message and never not in fb.message, fb.message

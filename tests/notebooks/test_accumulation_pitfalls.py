@@ -686,3 +686,35 @@ def test_the_promise_names_what_going_deeper_holds_and_the_core_points_to_the_pi
     assert "write a normalization that accumulates exactly" in intro
     assert "Adam hides" not in intro and "forgotten" not in intro  # cut: the count left no room for it
     assert "*Going deeper* draws where, in the graph, the samples meet" in prompt("bn-md")
+
+
+def test_exercise_2s_prompt_asks_for_no_penalty_form_the_check_does_not_enforce():
+    """The check passes the penalty taking its share in every micro-batch loss (cell 7's loop) and a penalty
+    backward() of its own alike, so the prompt prescribes neither."""
+    assert "once per update" not in prompt("ex2-md")
+
+
+def test_the_dropout_section_says_one_layer_can_match_by_the_draw_order():
+    text = prompt("drop-md")
+    assert "With one dropout layer" in text and "accident" in text
+    assert measure(dropout_once, "SGD")[0] < SAME and measure(dropout_twice, "SGD")[0] > NOT_SAME
+
+
+def test_adam_can_turn_a_gradient_entry_cancelled_to_rounding_into_a_step_of_about_lr():
+    """The takeaway's advice: compare gradients (or SGD steps), since Adam divides by the gradient's size."""
+    torch.manual_seed(0)
+    f = plain()
+    a = copy.deepcopy(f)
+    x = torch.randn(48, D)
+    with torch.no_grad():
+        out = f(x)
+    r = torch.randn(48, 1)
+    y = out - (r - r.mean())  # residuals sum to ~0: the last bias's full-batch gradient is rounding
+    of, oa = torch.optim.Adam(f.parameters(), lr=0.01), torch.optim.Adam(a.parameters(), lr=0.01)
+    start = float(f[-1].bias.detach())
+    full_update(f, of, x, y)
+    accumulated(a, oa, x, y, K)
+    gf, ga = f[-1].bias.grad, a[-1].bias.grad
+    assert float((gf - ga).abs()) < 1e-6  # the gradients agree to rounding
+    moved_f, moved_a = float(f[-1].bias.detach()) - start, float(a[-1].bias.detach()) - start
+    assert abs(moved_f - moved_a) > 0.002  # the steps do not: a sizeable fraction of lr 0.01

@@ -209,6 +209,7 @@ class _GradTouches:
     def __init__(self, params, layer=None):
         params = list(params)
         self.left, self.changes, self.handles, self.fresh = {}, [], [], set()
+        self.backwards = {}  # parameter -> how many backward() calls added into its .grad
         for p in params:
             self.handles.append(p.register_hook(lambda grad, p=p: self._arriving(p)))
             self.handles.append(p.register_post_accumulate_grad_hook(self._accumulated))
@@ -217,6 +218,7 @@ class _GradTouches:
 
     def _accumulated(self, p):
         self.left[p] = p.grad.detach().clone()
+        self.backwards[p] = self.backwards.get(p, 0) + 1
         self.fresh.discard(p)
 
     def _arriving(self, p):  # a new gradient for p, before it is added: .grad still holds what was there
@@ -514,9 +516,22 @@ def check_accumulated_update(answer, *, tol: float = 1e-4) -> Feedback:
     return correct(
         "your accumulated update lands where the full-batch update does, also for unequal micro-batches: the "
         "penalty's gradient reaches .grad once in total, clipping sees the finished sum, once after the loop, one "
-        "step. A penalty with one backward() of its own, before the clipping, costs one pass over the parameters "
-        "per update instead of k."
+        f"step. {_how_the_penalty_came(watch)}".strip()
     )
+
+
+def _how_the_penalty_came(watch) -> str:
+    """What the learner's last watched update did with the penalty, read from how many backward() calls added
+    into .grad against how many forward passes it ran: one more backward() than passes is a penalty backward() of
+    its own; as many is a penalty that came in with the micro-batches' losses; else nothing is claimed."""
+    touches, log = watch.touches[-1], watch.logs[-1]
+    backwards, passes = max(touches.backwards.values(), default=0), len(log.forward_sizes)
+    if passes and backwards == passes + 1:
+        return ("Your penalty has a backward() of its own, before the clipping: one pass over the parameters per "
+                "update instead of k.")
+    if passes and backwards == passes:
+        return "Your penalty came in with the micro-batches' losses and counts once in all."
+    return ""
 
 
 # ---------------------------------------------------------------- exercise 3: a normalization that accumulates
