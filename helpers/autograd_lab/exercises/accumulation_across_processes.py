@@ -413,7 +413,8 @@ def check_ddp_accumulation(accumulate) -> Feedback:
                    f"samples per rank), both ranks ended with the full batch's gradient, and DDP made "
                    f"{buckets} all-reduce calls per update, one per bucket: one round of communication, at the "
                    "last micro-batch. Each summed loss divided by the rank's sample count makes the rank's mean; "
-                   "DDP's average over the ranks makes the mean over all samples.")
+                   "DDP's average over the ranks makes the mean over all samples, because every rank held as many "
+                   "samples. With unequal counts, divide by N / world instead, N all-reduced over the ranks.")
 
 
 trust.record(__name__)  # last: every name above is defined (see .trust)
