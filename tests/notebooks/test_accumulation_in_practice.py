@@ -6,7 +6,9 @@
   peak, far from the peak at small k.
 - Tokens: the update's real tokens, counted over micro-batches and ranks, times every divisor still to come --
   the world size for DDP's mean, and k more with accelerate's backward(), which divides by k even in a short group.
-  A Hugging Face model's loss, unless given num_items_in_batch, is the mean over its micro-batch's real tokens.
+  A Hugging Face model's loss, unless given num_items_in_batch, is the mean over its micro-batch's real tokens;
+  a causal LM's over the shifted labels, labels[..., 1:].
+- A prepared optimizer skips step() and zero_grad() inside accumulate() unless sync_gradients is true.
 - accelerate's prepared scheduler steps on a sync step, whether or not the optimizer stepped, num_processes times
   (once with split_batches=True): inside accumulate() only every k-th call moves it, outside it every call does.
   A schedule sized in updates therefore runs num_processes times too fast, inside accumulate() or after it; sized
@@ -22,6 +24,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import runpy
 import warnings
@@ -32,8 +35,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import notebook_script
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07_accumulation_in_practice.ipynb"
-SCRIPT_NAME = "train_tokens.py"  # the script the notebook writes (the conftest's `script` fixture reads it)
+SCRIPT_NAME = "scratch-07/train_tokens.py"  # the script the notebook writes, by path (no chdir)
 # what each of the script's token runs is (model loop, factor on the summed loss) -> its name in the script
 RUNS = {"own, / N of the rank": "run A", "own, x world / N": "run B", "accelerate, x world / N": "run C",
         "accelerate, x k x world / N": "run D"}
@@ -157,6 +162,28 @@ def _lm():
     return torch.nn.Sequential(torch.nn.Embedding(9, 5), torch.nn.Linear(5, 9))
 
 
+def test_a_causal_lm_loss_is_the_mean_over_the_shifted_labels_so_its_real_tokens_are_counted_from_position_1():
+    """transformers' ForCausalLMLoss drops each sequence's first label (nothing predicts it); its Trainer counts
+    labels[..., 1:] != -100. Counting all the labels adds one per sequence whose first label is real."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    tokens, labels = _padded(seed=9, sequences=6)
+    labels[0, 0] = -100                                          # one sequence whose first label is padding
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=9, n_positions=16, n_embd=8, n_layer=1, n_head=2))
+    out = model(input_ids=tokens, labels=labels)
+    shifted = F.cross_entropy(out.logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100,
+                              reduction="sum")
+    shifted_count, all_count = (labels[..., 1:] != -100).sum(), (labels != -100).sum()
+    assert torch.allclose(out.loss, shifted / shifted_count, atol=1e-6)
+    assert torch.allclose(ForCausalLMLoss(out.logits, labels, 9), out.loss, atol=1e-6)
+    assert all_count - shifted_count == (labels[:, 0] != -100).sum() == 5
+    assert not torch.allclose(out.loss, shifted / all_count, atol=1e-6)
+    text = "".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"])
+    assert "`(labels[..., 1:] != -100).sum()`" in text
+
+
 def test_streamed_groups_divided_by_their_prefetched_token_count_give_the_one_batch_gradient():
     tokens, labels = _padded(seed=4)
     model = _lm()
@@ -248,6 +275,24 @@ def test_inside_accumulate_a_scheduler_stepped_per_micro_batch_moves_only_on_eve
             scheduler.step()
             optimizer.zero_grad()
     assert lrs == pytest.approx([0.1] * k + [0.05] * k + [0.1 / 3])
+
+
+def test_inside_accumulate_a_prepared_optimizer_skips_step_and_zero_grad_unless_sync_gradients(accelerator):
+    """accelerate/optimizer.py: AcceleratedOptimizer.step() and zero_grad() act only when sync_gradients is true."""
+    model, optimizer, _ = _prepared_schedule(accelerator)
+    tokens, labels = _padded(seed=8, sequences=8)
+    k, moved, grads_kept = accelerator.gradient_accumulation_steps, [], []
+    for t, lbl in zip(tokens.split(1), labels.split(1)):
+        with accelerator.accumulate(model):
+            before = [p.detach().clone() for p in model.parameters()]
+            accelerator.backward(_loss_sum(model, t, lbl))
+            optimizer.step()
+            optimizer.zero_grad()
+            moved.append(any(not torch.equal(b, p) for b, p in zip(before, model.parameters())))
+            grads_kept.append(all(p.grad is not None for p in model.parameters()))
+    assert len(moved) == 2 * k
+    assert moved == [i % k == k - 1 for i in range(2 * k)]
+    assert grads_kept == [i % k != k - 1 for i in range(2 * k)]
 
 
 def test_a_prepared_scheduler_does_not_step_when_the_optimizer_reports_a_skipped_step(accelerator):
@@ -355,6 +400,21 @@ def test_adamw_steps_once_the_float32_sum_is_converted_and_grad_dtype_goes_back_
 
 
 # --------------------------------------------------------------------------- the notebook's script, 2 processes
+
+
+@pytest.fixture(scope="module")
+def script(tmp_path_factory):
+    """The conftest's fixture, for a script the notebook writes into its scratch folder."""
+    path = tmp_path_factory.mktemp("script") / Path(SCRIPT_NAME).name
+    path.write_text(notebook_script(NOTEBOOK, SCRIPT_NAME))
+    return path
+
+
+def test_the_notebook_writes_its_script_by_path_and_never_changes_folder():
+    """A chdir into a scratch folder would strand the kernel there if torchrun raised (every later %load fails)."""
+    cells = ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
+    assert not any("chdir" in c for c in cells)
+    assert any(c.startswith(f"%%writefile {SCRIPT_NAME}") for c in cells)
 
 
 @pytest.fixture(scope="module")
