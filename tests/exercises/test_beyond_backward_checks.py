@@ -7,6 +7,7 @@ computed here by running PyTorch, never typed in.
 """
 
 import json
+import re
 import warnings
 from fractions import Fraction
 from pathlib import Path
@@ -43,8 +44,8 @@ def _wrong_with(fb, phrase):
 
 def test_the_freezing_snippet_matches_the_check_reference():
     run = ex._frozen_run()
-    assert run == {"0.weight": (True, False), "0.bias": (True, False), "2.weight": (True, True),
-                   "2.bias": (False, False)}
+    assert run == {"0.weight": (True, True), "0.bias": (True, True), "2.weight": (False, False),
+                   "2.bias": (False, False), "4.weight": (True, True), "4.bias": (False, False)}
 
 
 def test_the_silu_derivative_of_the_check_agrees_with_autograd():
@@ -113,12 +114,10 @@ def test_hook_correct_feedback_explains_with_the_snippets_own_numbers():
 
 def _frozen_truth():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
-    model[2].bias.requires_grad_(False)
-    model.eval()
-    with torch.no_grad():
-        hidden = model[1](model[0](torch.ones(4, 2)))
-    model[2](hidden).sum().backward()
+    model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+    model[2].requires_grad_(False)
+    model[4].bias.requires_grad_(False)
+    model(torch.ones(4, 2)).sum().backward()
     return {n for n, p in model.named_parameters() if p.grad is not None}, [n for n, _ in model.named_parameters()]
 
 
@@ -126,17 +125,21 @@ WITH_GRAD, NAMES = _frozen_truth()
 
 
 @pytest.mark.parametrize("answer, phrases", [
-    (set(), ["model.eval() does not switch gradients off", "1 parameter misplaced"]),
-    (WITH_GRAD | {"0.weight", "0.bias"}, ["ran inside torch.no_grad()", "cannot reach them"]),
-    (WITH_GRAD | {"2.bias"}, ["frozen with requires_grad_(False) gets no gradient"]),
-    (set(NAMES), ["two things keep .grad at None", "3 parameters misplaced"]),
-    ({"0.weight"}, ["2 parameters misplaced", "- 0.weight: .grad is None: it requires grad, but its layer ran inside",
-                    "- 2.weight: .grad is a tensor"]),
-    ({"2.bias"}, ["- 2.bias: .grad is None: requires_grad_(False) froze it"]),
-], ids=["none-eval", "forgot-no_grad", "forgot-frozen", "all", "first-weight", "frozen-bias"])
+    ({"4.weight"}, ["2 parameters misplaced. A frozen layer does not stop backward", "flows through them"]),
+    ({"4.weight", "4.bias"}, ["3 parameters misplaced. A frozen layer does not stop backward",
+                              "And 4.bias was frozen on its own"]),
+    (WITH_GRAD | {"4.bias"}, ["1 parameter misplaced. 4.bias was frozen on its own"]),
+    (set(NAMES), ["3 parameters misplaced. A parameter frozen with requires_grad_(False) gets no gradient"]),
+    (set(), ["3 parameters misplaced. Backward runs here"]),
+    ({"0.weight"}, ["2 parameters misplaced. Run the snippet",
+                    "- 0.bias: .grad is a tensor: it requires grad, and backward reaches it through the frozen middle",
+                    "- 4.weight: .grad is a tensor: it requires grad, and its layer ran while recording"]),
+    ({"2.weight"} | WITH_GRAD, ["- 2.weight: .grad is None: requires_grad_(False) froze it"]),
+], ids=["frozen-blocks", "frozen-blocks-and-bias", "forgot-bias", "all", "none", "first-weight", "frozen-weight"])
 def test_frozen_wrong_answers_name_their_mistake(answer, phrases):
     fb = ex.check_frozen_grads(answer)
     assert fb.status == "wrong", fb
+    assert not re.search(r"\. [a-z]", fb.message.split("\n")[0]), fb   # every sentence starts upper-case
     for phrase in phrases:
         assert phrase in fb.message, (phrase, fb)
 
@@ -160,7 +163,7 @@ def _endless():
     ({"2.weight": True}, "set of parameter names"),
     ({0, 1}, "set of parameter names"),
     ({"weight"}, "no parameter named 'weight'"),
-    ({"model[2].weight"}, "its parameters are 0.weight, 0.bias, 2.weight, 2.bias"),
+    ({"model[2].weight"}, "its parameters are 0.weight, 0.bias, 2.weight, 2.bias, 4.weight, 4.bias"),
     (_endless(), "set of parameter names"),
     (torch.tensor([2.0]), "set of parameter names"),
     (42, "set of parameter names"),

@@ -478,3 +478,20 @@ def test_a_large_input_with_a_small_value_and_slope_passes_in_float32():
     """It is |x f'(x)|, not |x|, that counts: exp at x = -10 is tiny, and so is x times its slope."""
     x = torch.full((5,), -10.0) + 0.1 * torch.randn(5)
     assert _size(torch.exp, x) < 1e-3 and _gradcheck32(torch.exp, x)
+
+
+def test_anomaly_mode_names_the_forward_line_in_a_warning_not_in_the_error():
+    """Section 1: set_detect_anomaly(True) prints the forward's traceback as a warning ("Error detected in
+    ExpBackward0"), which names the forward line; the RuntimeError's own text does not hold that line."""
+    assert 'as a warning just above the error ("Error detected in ExpBackward0")' in " ".join(
+        _source("inplace-fix-md").split())
+    x = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)
+    with torch.autograd.set_detect_anomaly(True), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = x.exp()  # the forward line the warning should name
+        y.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation") as error:
+            y.sum().backward()
+    shown = [str(w.message) for w in caught if "Error detected in ExpBackward0" in str(w.message)]
+    assert shown and "y = x.exp()" not in str(error.value)
+    assert any("test_beyond_backward.py" in text for text in shown)

@@ -30,12 +30,10 @@ z = 5 * y + x
 z.backward()"""
 
 FREEZE_SNIPPET = """\
-model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
-model[2].bias.requires_grad_(False)
-model.eval()
-with torch.no_grad():
-    hidden = model[1](model[0](torch.ones(4, 2)))
-loss = model[2](hidden).sum()
+model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+model[2].requires_grad_(False)
+model[4].bias.requires_grad_(False)
+loss = model(torch.ones(4, 2)).sum()
 loss.backward()"""
 
 
@@ -125,28 +123,29 @@ def _frozen_run() -> dict:
     return {name: (p.requires_grad, p.grad is not None) for name, p in model.named_parameters()}
 
 
-def _frozen_reason(requires_grad: bool, has_grad: bool) -> str:
-    if has_grad:
-        return "a tensor: it requires grad, and its layer ran while recording (eval mode or not)"
-    if not requires_grad:
+def _frozen_reason(name: str, requires_grad: bool, has_grad: bool) -> str:
+    if not has_grad:
         return "None: requires_grad_(False) froze it, so backward skips it"
-    return "None: it requires grad, but its layer ran inside torch.no_grad(), so nothing recorded its use"
+    if name.startswith("0."):
+        return ("a tensor: it requires grad, and backward reaches it through the frozen middle layer (whose "
+                "operations were recorded, as their input required grad)")
+    return "a tensor: it requires grad, and its layer ran while recording"
 
 
 def _frozen_pattern(chosen: set, run: dict) -> str:
     """A sentence naming the belief behind a whole wrong answer, when it is a common one ('' otherwise)."""
     with_grad = {n for n, (_, has) in run.items() if has}
-    frozen = {n for n, (rg, _) in run.items() if not rg}
-    unrecorded = {n for n, (rg, has) in run.items() if rg and not has}
+    before = {n for n in with_grad if n.startswith("0.")}
+    after = with_grad - before
+    passes = ("A frozen layer does not stop backward: its weights are constants to it, but the layer's operations "
+              "were recorded (their input required grad), so the gradient flows through them to the first layer.")
     patterns = [
-        (set(), "model.eval() does not switch gradients off: it only changes how layers such as dropout and batch "
-                "norm behave. The forward still records wherever no torch.no_grad() block is around it."),
-        (with_grad | unrecorded, "the first layer ran inside torch.no_grad(): nothing recorded what its parameters "
-                                 "did, so backward cannot reach them, although they require grad."),
-        (with_grad | frozen, "a parameter frozen with requires_grad_(False) gets no gradient, even when its layer "
-                             "runs while recording."),
-        (set(run), "two things keep .grad at None here: a parameter frozen with requires_grad_(False), and a layer "
-                   "run inside torch.no_grad()."),
+        (after, passes),
+        (after | {"4.bias"}, passes + " And 4.bias was frozen on its own."),
+        (with_grad | {"4.bias"}, "4.bias was frozen on its own with requires_grad_(False): backward skips it."),
+        (set(run), "A parameter frozen with requires_grad_(False) gets no gradient, even when its layer runs while "
+                   "recording."),
+        (set(), "Backward runs here: every parameter that requires grad and lies on a path from the loss gets one."),
     ]
     return next((text for pattern, text in patterns if chosen == pattern), "")
 
@@ -170,12 +169,11 @@ def check_frozen_grads(answer) -> Feedback:
     with_grad = {n for n, (_, has) in run.items() if has}
     if chosen == with_grad:
         frozen = [n for n, (rg, _) in run.items() if not rg]
-        unrecorded = [n for n, (rg, has) in run.items() if rg and not has]
-        return correct(f"only {', '.join(n for n in names if n in with_grad)}. {', '.join(unrecorded)}: their "
-                       f"layer ran inside torch.no_grad(), so nothing recorded it; {', '.join(frozen)}: frozen. "
-                       "And model.eval() switches off no recording at all.")
+        return correct(f"only {', '.join(n for n in names if n in with_grad)}. {', '.join(frozen)}: frozen, so "
+                       "backward skips them; but the frozen middle layer still passes the gradient on to the first "
+                       "layer, since its operations were recorded (their input required grad).")
     pattern = _frozen_pattern(chosen, run)
-    lines = [f"- {n}: .grad is {_frozen_reason(*run[n])}" for n in names if (n in chosen) != (n in with_grad)]
+    lines = [f"- {n}: .grad is {_frozen_reason(n, *run[n])}" for n in names if (n in chosen) != (n in with_grad)]
     count = f"{len(lines)} parameter{'s' if len(lines) > 1 else ''} misplaced."
     advice = "Run the snippet and print `p.grad is None` for each parameter:\n"
     return wrong(f"{count} {pattern + ' ' if pattern else ''}{advice}" + "\n".join(lines))
