@@ -14,6 +14,7 @@ The helper modules in this folder (``backward_by_hand``, ...) are imported by na
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -34,8 +35,9 @@ def notebook_script(notebook, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def script(request, tmp_path_factory):
-    path = tmp_path_factory.mktemp("script") / request.module.SCRIPT_NAME
-    path.write_text(notebook_script(request.module.NOTEBOOK, request.module.SCRIPT_NAME))
+    name = request.module.SCRIPT_NAME  # as the notebook names it: a scratch folder of its own may come first
+    path = tmp_path_factory.mktemp("script") / Path(name).name
+    path.write_text(notebook_script(request.module.NOTEBOOK, name))
     return path
 
 

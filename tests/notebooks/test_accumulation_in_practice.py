@@ -35,8 +35,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import notebook_script
-
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07_accumulation_in_practice.ipynb"
 SCRIPT_NAME = "scratch-07/train_tokens.py"  # the script the notebook writes, by path (no chdir)
 # what each of the script's token runs is (model loop, factor on the summed loss) -> its name in the script
@@ -400,14 +398,6 @@ def test_adamw_steps_once_the_float32_sum_is_converted_and_grad_dtype_goes_back_
 
 
 # --------------------------------------------------------------------------- the notebook's script, 2 processes
-
-
-@pytest.fixture(scope="module")
-def script(tmp_path_factory):
-    """The conftest's fixture, for a script the notebook writes into its scratch folder."""
-    path = tmp_path_factory.mktemp("script") / Path(SCRIPT_NAME).name
-    path.write_text(notebook_script(NOTEBOOK, SCRIPT_NAME))
-    return path
 
 
 def test_the_notebook_writes_its_script_by_path_and_never_changes_folder():
