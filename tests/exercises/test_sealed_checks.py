@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from test_accumulation_in_practice_checks import make_loop as loop07
 from test_accumulation_pitfalls_checks import right_update as right05
+from test_beyond_backward_checks import silu_function
 from test_grad_fn_chains_checks import right_div
 from test_gradient_accumulation_checks import loop as loop04
 from test_out_of_reach import _layer_norm_model, _Silu
@@ -49,21 +50,6 @@ def _yes(t):
     return torch.zeros_like(t).as_subclass(_SaysYes)
 
 
-def _silu(backward):
-    class SiLU(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x * torch.sigmoid(x)
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return backward(x, g)
-
-    return SiLU
-
-
 @pytest.fixture(autouse=True)
 def _nothing_left_replaced():
     yield
@@ -81,8 +67,8 @@ def test_1_a_subclass_that_says_yes_to_comparisons_does_not_pass_02():
 
 
 def test_2_a_backward_that_zeroes_grad_output_in_place_does_not_pass_08():
-    assert not ex08.check_silu_backward(_silu(lambda x, g: g.zero_())).passed
-    assert not ex08.check_silu_backward(_silu(lambda x, g: _yes(g))).passed
+    assert not ex08.check_silu_backward(silu_function(lambda x, g: g.zero_())).passed
+    assert not ex08.check_silu_backward(silu_function(lambda x, g: _yes(g))).passed
     assert ex08.check_silu_backward(_Silu).passed
 
 
@@ -276,7 +262,7 @@ def test_08_draws_fresh_points_for_every_check():
         s = torch.sigmoid(x)
         return g * (s + x * s * (1 - s))
 
-    answer = _silu(spy)
+    answer = silu_function(spy)
     assert ex08.check_silu_backward(answer).passed and ex08.check_silu_backward(answer).passed
     assert not torch.equal(seen[0], seen[-1])
 
