@@ -1,4 +1,4 @@
-"""Notebook 06: the corrections of review 42, each kept true here.
+"""Notebook 06: where its rules stop holding, each limit as the notebook states it.
 
 - a backward all-reduces when the most recent forward before it ran outside no_sync(), whichever graph it runs
   through (cells pitfall-after-md and outro);
@@ -11,13 +11,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from test_accumulation_across_processes import group_of_one
 
 from autograd_lab import AllReduceLog
 from autograd_lab.exercises import accumulation_across_processes as ex
@@ -33,20 +32,6 @@ def source(cell_id: str) -> str:
 def output(cell_id: str) -> str:
     cell = next(c for c in json.loads(NOTEBOOK.read_text())["cells"] if c.get("id") == cell_id)
     return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
-
-
-@contextlib.contextmanager
-def group_of_one():
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield dist
-    finally:
-        gc.collect()  # DDP's reducers (in reference cycles) before the group they use
-        dist.destroy_process_group()
 
 
 def _calls_after_each_backward(order):
