@@ -58,7 +58,7 @@ def _nothing_left_replaced():
     assert not left, f"a test left {left} replaced"
 
 
-# =========================================================================== items 1-5 of the issue
+# =========================================================================== five answers that once scored
 
 
 def test_1_a_subclass_that_says_yes_to_comparisons_does_not_pass_02():

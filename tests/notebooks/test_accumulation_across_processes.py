@@ -385,7 +385,7 @@ def test_the_notebooks_widths_are_the_models():
     (NOTEBOOK_WIDTHS, 0.5, [1.0, 1.0, 0.03]),     # each 1 MiB weight closes a bucket of twice the cap
     (NOTEBOOK_WIDTHS, 1, [1.0, 1.0, 0.03]),
     (NOTEBOOK_WIDTHS, 2, [2.01, 0.03]),
-    (BIG_WIDTHS, None, [9.78, 29.32, 0.1]),       # the 39 MiB model: unset
+    (BIG_WIDTHS, None, [9.78, 29.32, 0.1]),       # a 39 MiB model: unset
     (BIG_WIDTHS, 25, [29.32, 9.88]),              # ... written out
     (BIG_WIDTHS, 10, [19.55, 19.54, 0.1]),
 ])

@@ -111,7 +111,7 @@ def test_a_call_built_from_several_operations_records_several_nodes():
     text = {c["id"]: "".join(c["source"]) for c in _cells()}
     assert "no\nbatch dimension" not in text["calls-why-md"] and "batch or not" in text["calls-why-md"]
     assert "layer(stack)" in text["calls"] and "layer(rows)" in text["calls"]
-    # the other composite: cosine similarity records several nodes too
+    # another composite: cosine similarity records several nodes too
     assert len(inner_nodes(F.cosine_similarity(t, torch.randn(3, requires_grad=True), dim=0))) > 4
 
 
