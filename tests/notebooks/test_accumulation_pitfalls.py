@@ -396,7 +396,8 @@ def test_one_dropout_layer_matches_by_draw_order_and_another_seed_still_moves_it
     assert diff < SAME < NOT_SAME < other
 
 
-def first_update_grads(make_model, k, seeds):
+def first_update_grads(make_model, k, seeds, noise=lambda t: t):
+    """The first update's gradient over k micro-batches, for each seed (``noise`` applied to each x and y)."""
     torch.manual_seed(0)
     model = make_model()
     x, y = BATCHES[0]
@@ -405,7 +406,7 @@ def first_update_grads(make_model, k, seeds):
         model.zero_grad()
         torch.manual_seed(seed)
         for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
-            (mse_loss(model(xb), yb) * len(xb) / len(x)).backward()
+            (mse_loss(model(noise(xb)), noise(yb)) * len(xb) / len(x)).backward()
         out.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     return torch.stack(out)
 
@@ -471,18 +472,7 @@ def noisy(t):
 
 def noise_grads(k, seeds):
     """The first update's gradient with set-up E's noise, for each seed: k = 1 is the full batch."""
-    torch.manual_seed(0)
-    model = plain()
-    x, y = BATCHES[0]
-    out = []
-    for seed in range(seeds):
-        model.zero_grad()
-        torch.manual_seed(seed)
-        for xb, yb in zip(x.tensor_split(k), y.tensor_split(k)):
-            xn = noisy(xb)
-            (mse_loss(model(xn), noisy(yb)) * len(xb) / len(x)).backward()
-        out.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-    return torch.stack(out)
+    return first_update_grads(plain, k, seeds, noise=noisy)
 
 
 def noise_full(model, opt, x, y, **_):

@@ -327,15 +327,7 @@ def _train(condition, batches, k, divide_by_group=False):
 
 
 def _full_batch(batches, k):
-    torch.manual_seed(0)
-    model = nn.Linear(3, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for s in range(0, len(batches), k):
-        group = batches[s:s + k]
-        F.mse_loss(model(torch.cat([x for x, _ in group])), torch.cat([y for _, y in group])).backward()
-        opt.step()
-        opt.zero_grad()
-    return model
+    return _train_with(lambda params: torch.optim.SGD(params, lr=0.1), batches, k, copied=False)
 
 
 def test_seed_recipe_leaves_the_tail_gradient_in_grad():
