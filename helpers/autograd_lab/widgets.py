@@ -1,4 +1,4 @@
-"""Widgets: controls that call a plain function and show what it returns, and a button for a slow run.
+"""Widgets: controls that call a plain function and show what it returns.
 
 A widget holds no logic of its own. ``live(fn, name=control, ...)`` builds one
 control per keyword and re-runs ``fn(**values)`` whenever a control changes,
@@ -23,9 +23,6 @@ arrived, nothing wakes the waiting poll, and with nbclient's default (no cell
 timeout) the run waits for ever (jupyter/nbclient#312). Set outputs are never
 mirrored: a headless run of a ``live()`` cell sends nothing on the shell channel.
 
-``run_button(start, on_done)`` runs a slow ``start()`` (a torchrun of notebook 06) in a thread of its own
-with a progress bar, and hands its result to ``on_done``; an error shows beside the button.
-
 Conventions the browser tests rely on: each control's ``description`` is its
 keyword name and carries the class ``al-control``; the panel carries the class
 ``al-live``, its output area ``al-output`` and its status line ``al-status``.
@@ -40,7 +37,6 @@ import inspect
 import io
 import math
 import sys
-import threading
 import time
 import traceback
 
@@ -50,10 +46,9 @@ from IPython.core.displaypub import DisplayPublisher
 from IPython.display import display
 from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
 
-from .arguments import check_seconds, is_number
-from .distributed import DistributedRunError
+from .arguments import is_number
 
-__all__ = ["control_for", "live", "run_button"]
+__all__ = ["control_for", "live"]
 
 _EMPTY = inspect.Parameter.empty
 _ACCEPTED = ("Use True/False (checkbox), a list of strings or of (label, value) pairs (dropdown), "
@@ -253,84 +248,3 @@ def live(fn, **controls):
     panel.status = status
     panel.refresh = panel.update
     return panel
-
-
-# --------------------------------------------------------------------------- a button for a slow run
-
-PROGRESS_TICK_S = 0.25  # how often the run button's progress bar moves
-PROGRESS_CAP = 0.97  # the bar never looks finished before the run is
-
-
-def _failed(exc: BaseException, where: str = "") -> str:
-    """One line of HTML for a failure: the error's first line (a DistributedRunError's reason says what)."""
-    first = (str(exc).strip().splitlines() or [""])[0]
-    text = first if isinstance(exc, DistributedRunError) else f"{type(exc).__name__}: {first}".rstrip(": ")
-    return f"<small><b>failed{where}:</b> {html.escape(text)}</small>"
-
-
-def _wait_with_progress(start, bar, status, expected_s: float):
-    """Call ``start()`` in a thread of its own, moving ``bar`` meanwhile; return or raise what it did."""
-    t0 = time.monotonic()
-    box = {}
-
-    def target():
-        try:
-            box["result"] = start()
-        except BaseException as exc:  # noqa: BLE001 -- handed to the waiting thread, shown to the reader
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    while thread.is_alive():
-        elapsed = time.monotonic() - t0
-        bar.value = min(elapsed / expected_s, PROGRESS_CAP)
-        status.value = f"<small>running ... {elapsed:.0f} s</small>"
-        thread.join(PROGRESS_TICK_S)
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
-
-
-def run_button(start, on_done, *, description: str = "Run again", expected_s: float = 10.0):
-    """A button that calls ``start()`` in a background thread, with a progress bar while it runs.
-
-    ``on_done(result)`` receives what ``start()`` returned. An error in either
-    (a ``DistributedRunError`` or any other) is shown beside the button instead, and
-    the button can be clicked again. The click itself returns at once.
-    """
-    for name, fn in (("start", start), ("on_done", on_done)):
-        if not callable(fn):
-            raise TypeError(f"run_button: {name} must be a function, got {type(fn).__name__}.")
-    expected_s = check_seconds("expected_s", expected_s)
-    button = W.Button(description=description, icon="play")
-    bar = W.FloatProgress(value=0.0, min=0.0, max=1.0, layout=W.Layout(width="180px"))
-    bar.layout.visibility = "hidden"
-    status = W.HTML(value="")
-
-    def work():
-        t0 = time.monotonic()
-        try:
-            result = _wait_with_progress(start, bar, status, expected_s)
-            try:
-                on_done(result)
-            except BaseException as exc:  # noqa: BLE001 -- shown, never raised into the widget
-                message = _failed(exc, " showing the run")
-            else:
-                message = f"<small>fresh run done in {time.monotonic() - t0:.1f} s</small>"
-        except BaseException as exc:  # noqa: BLE001 -- shown, never raised into the widget
-            message = _failed(exc)
-        finally:
-            bar.layout.visibility = "hidden"
-            status.value = message
-            button.disabled = False
-
-    def click(_):
-        if button.disabled:  # a run is going on already
-            return
-        button.disabled = True
-        bar.value = 0.0
-        bar.layout.visibility = "visible"
-        threading.Thread(target=work, daemon=True).start()
-
-    button.on_click(click)
-    return W.HBox([button, bar, status])

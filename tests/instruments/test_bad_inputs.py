@@ -20,8 +20,7 @@ import autograd_lab as lab
 from autograd_lab import env
 from autograd_lab.distributed import port_is_free, torchrun
 from autograd_lab.measure import held_bytes
-from autograd_lab.timeline import draw_update_timeline
-from autograd_lab.widgets import control_for, live, run_button
+from autograd_lab.widgets import control_for, live
 
 pytestmark = pytest.mark.timeout(20)  # no hang: every call here is bounded
 
@@ -290,39 +289,4 @@ def test_torchrun_script_must_be_an_existing_file(tmp_path):
 @pytest.mark.parametrize("port", [0, -1, 65536, "80", None, 1.5])
 def test_port_is_free_wants_a_port_number(port):
     refused(lambda: port_is_free(port), ValueError, "port")
-
-
-@pytest.mark.parametrize("events, error", [
-    ([[("forward", 0.0)]], ValueError),
-    ([[("forward", 0.0, NAN)]], ValueError),
-    ([[("forward", 2.0, 1.0)]], ValueError),
-    ([[(1, 0.0, 1.0)]], ValueError),
-    (3, TypeError),
-])
-def test_timeline_events_must_be_kind_start_end(events, error):
-    refused(lambda: draw_update_timeline(events), error, "events_by_rank")
-
-
-@pytest.mark.parametrize("kwargs, error, names", [
-    ({"start": 3}, TypeError, "start"),
-    ({"on_done": None}, TypeError, "on_done"),
-    ({"expected_s": NAN}, ValueError, "expected_s"),
-    ({"expected_s": 0}, ValueError, "expected_s"),
-])
-def test_run_button_checks_its_arguments(kwargs, error, names):
-    args = {"start": lambda: None, "on_done": print, **kwargs}
-    refused(lambda: run_button(args.pop("start"), args.pop("on_done"), **args), error, names)
-
-
-def test_run_button_survives_a_start_that_raises_a_base_exception():
-    def interrupted():
-        raise KeyboardInterrupt
-
-    box = run_button(interrupted, print)
-    button, _, status = box.children
-    button.click()
-    deadline = time.monotonic() + 5
-    while button.disabled and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not button.disabled and "failed" in status.value and "KeyboardInterrupt" in status.value
 

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from autograd_lab.timeline import draw_timeline, draw_update_timeline, timeline_text
+from autograd_lab.timeline import Drawing, draw_timeline, timeline_text
 
 SVG = "{http://www.w3.org/2000/svg}"
 # the seed's loop, (i - 1) % 10 == 0 over 25 micro-batches: steps after micro-batches 1, 11 and 21
@@ -86,23 +86,19 @@ def test_many_updates_keep_their_colours_but_lose_their_numbers():
     assert drawing.texts("tick-label") == [str(i) for i in range(0, 30, 5)]
 
 
-def test_the_update_timeline_puts_all_reduce_on_its_own_lane():
-    events = [[("forward", 0, 1), ("backward", 1, 3), ("all-reduce", 2, 4), ("step", 4, 5)],
-              [("forward", 0, 1.5), ("backward", 1.5, 3), ("all-reduce", 2.5, 4)]]
-    drawing = draw_update_timeline(events, title="t")
-    assert drawing.texts("lane-label") == ["rank 0 compute", "rank 0 all-reduce", "rank 1 compute",
-                                           "rank 1 all-reduce"]
-    lane_y = {float(t.attrs["y"]): t.text for t in drawing.of("lane-label")}
-    for rect in drawing.of("all-reduce"):
-        lane = min(lane_y, key=lambda y: abs(y - float(rect.attrs["y"]) - 10))
-        assert lane_y[lane].endswith("all-reduce")
-    assert len(drawing.of("backward")) == 2 and len(drawing.of("step")) == 1
-    ticks = [float(t) for t in drawing.texts("tick-label")]
-    assert ticks == [0, 2, 4]                                          # round steps up to the last end
-    parsed(drawing)
+def test_jupyter_shows_a_drawing_as_svg_and_prints_a_short_description():
+    drawing = Drawing(700, 168, title="2 optimizer steps")
+    drawing.rect(1, 1, 5, 5, fill="red", role="box")
+    data, _ = InteractiveShell.instance().display_formatter.format(drawing)
+    assert set(data) == {"image/svg+xml", "text/plain"}
+    assert data["text/plain"] == "<Drawing 700x168: 2 optimizer steps>"
+    root = parsed(drawing)
+    assert (root.get("width"), root.get("height")) == ("700", "168")
+    assert repr(Drawing(10, 20)) == "<Drawing 10x20>"
 
 
-def test_an_empty_update_timeline_still_draws():
-    drawing = draw_update_timeline([[], []])
-    assert drawing.texts("lane-label")[0] == "rank 0 compute" and drawing.texts("tick-label")[0] == "0"
-    parsed(drawing)
+def test_a_drawing_saves_to_a_file(tmp_path):
+    drawing = Drawing(10, 10, title="x")
+    drawing.rect(1, 1, 5, 5, fill="red", role="r")
+    drawing.save(tmp_path / "x.svg")
+    assert ET.parse(tmp_path / "x.svg").getroot().find(f"{SVG}rect[@class='r']") is not None

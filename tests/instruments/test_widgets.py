@@ -2,14 +2,13 @@
 the button that runs a slow start() in the background and hands its result on."""
 
 import sys
-import time
 
 import ipywidgets as W
 import nbformat
 import pytest
 
-from autograd_lab import DistributedRunError, live
-from autograd_lab.widgets import control_for, run_button
+from autograd_lab import live
+from autograd_lab.widgets import control_for
 
 
 def test_controls_are_made_from_short_specs():
@@ -151,55 +150,3 @@ def test_a_headless_run_sends_nothing_on_the_shell_channel(monkeypatch):
 
 
 # --------------------------------------------------------------------------- the button for a slow run
-
-
-def _wait(box, within=5.0):
-    button, bar, status = box.children
-    deadline = time.monotonic() + within
-    while (button.disabled or "running" in status.value) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return button, bar, status
-
-
-def test_run_button_runs_in_the_background_and_hands_over_the_result():
-    got = []
-    box = run_button(lambda: (time.sleep(0.3), "fresh")[1], got.append, expected_s=1.0)
-    button, bar, status = box.children
-    start = time.monotonic()
-    button.click()
-    assert time.monotonic() - start < 0.1  # the click returns at once; the run goes on in a thread
-    assert button.disabled and bar.layout.visibility == "visible"
-    button.click()  # a second click while it runs starts nothing
-    _wait(box)
-    assert got == ["fresh"] and not button.disabled and "done" in status.value
-    assert bar.layout.visibility == "hidden"
-
-
-def test_run_button_shows_a_failure_instead_of_raising():
-    def fails():
-        raise DistributedRunError("timeout", "timeout: the run did not finish within 1 s\nmore")
-
-    got = []
-    box = run_button(fails, got.append)
-    box.children[0].click()
-    button, _, status = _wait(box)
-    assert got == [] and not button.disabled
-    assert "failed" in status.value and "did not finish within 1 s" in status.value and "more" not in status.value
-
-
-def test_run_button_shows_a_failing_on_done_and_can_run_again():
-    calls = []
-
-    def on_done(result):
-        calls.append(result)
-        if len(calls) == 1:
-            raise KeyError("no such mode")
-
-    box = run_button(lambda: "fresh", on_done, expected_s=1.0)
-    box.children[0].click()
-    button, bar, status = _wait(box)
-    assert not button.disabled and bar.layout.visibility == "hidden"
-    assert "failed showing the run" in status.value and "KeyError" in status.value
-    button.click()
-    button, _, status = _wait(box)
-    assert calls == ["fresh", "fresh"] and "done" in status.value
