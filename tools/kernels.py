@@ -7,9 +7,10 @@
 * **Short polls (jupyter/nbclient#312).** A cell whose output goes through Output-widget *capture* can make
   a wait for the cell's reply in one long poll wake only when the poll times out (never, without a
   timeout), although the reply has arrived; autograd_lab.widgets says why. The course's ``live()`` panels
-  no longer capture, so nbconvert and papermill run its notebooks without this; the polls stay for what the
-  course does not write (a student's own widget code in a graded submission). Polling the shell channel in
-  steps of ``POLL_S`` seconds, up to the same deadline, picks such a reply up at once.
+  set their outputs instead of capturing them, so nbconvert and papermill run its notebooks without this;
+  the polls are for what the course does not write (a student's own widget code in a graded submission).
+  Polling the shell channel in steps of ``POLL_S`` seconds, up to the same deadline, picks such a reply up
+  at once.
 
 `make notebooks` (execute_notebooks.py), `make bench` (bench.py) and nbgrader's autograde
 (classroom/nbgrader_config.py, through ``SteadyKernel``) all start their kernels with this module.

@@ -7,8 +7,8 @@ defaults (no cell timeout: a stalled wait for a reply would wait for ever, jupyt
 notebook's folder, the tools of the Python running this module. First one warm-up run, not counted (it
 reads torch from disk), then a quiet reference: ``--quiet-runs`` runs of each notebook and tool, nothing else
 started. Then ``--busy`` CPU-bound processes are started and each notebook runs ``--runs`` times in a row per
-tool (``--long-runs`` for the notebooks in ``--long``: 00 and 04, whose widget cells stalled most, and 07, the
-longest run). A run that has not ended after ``--timeout-factor`` times its quiet time (at least
+tool (``--long-runs`` for the notebooks in ``--long``: 00, the first a learner runs, 04, a widget beside exercises
+that train, and 07, the longest run). A run that has not ended after ``--timeout-factor`` times its quiet time (at least
 ``MIN_TIMEOUT_S``) is killed and counted as a stall. Every run's time and the load average are printed as
 they come, then a table per notebook and tool; the verdict is that every run ended, without error, within
 ``--factor`` times the quiet time (a run has ended well when its executed copy is complete: papermill's
@@ -37,7 +37,7 @@ from autograd_lab import processes  # the standard library only: no torch for th
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 BIN = Path(sys.executable).parent  # the tools beside this Python: its environment's nbconvert and papermill
-LONG = ("00", "04", "07")  # 00 and 04 stalled a busy machine most (widget cells); 07 is the longest run
+LONG = ("00", "04", "07")  # the first notebook, a widget beside training exercises, the longest run
 SHORT = ("00", "04")  # --short (CI): these, SHORT_RUNS times per tool
 SHORT_RUNS = 3
 MIN_TIMEOUT_S = 120.0

@@ -32,7 +32,6 @@ def annotate(nb, where: str = "notebook") -> None:
             cell.metadata.pop("slideshow", None)
         else:
             cell.metadata["slideshow"] = {"slide_type": kind}
-    nb.metadata.pop("rise", None)  # settings of jupyterlab-rise, which the course no longer uses
 
 
 def annotate_file(path: Path, check: bool = False) -> list[str]:
