@@ -26,19 +26,10 @@ PIP     := $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
         soak \
         student handouts python-check
 
+# `make help` lists every target whose line ends in a "## what it does" comment, in the Makefile's order
+# (CONTRIBUTING.md lists the same targets; tests/tools/test_lists_in_step.py keeps the two in step).
 help:
-	@echo "make lab           set up (venv, packages), make/update your copy in my-course/, open JupyterLab on it"
-	@echo "make test          set up, then every test: unit tests, nbval on every notebook, browser tests"
-	@echo "make test-fast     the unit tests and nbval without the slow tests (no browser tests)"
-	@echo "make test-package  build the wheel, install it beside torch in a fresh venv, run a notebook of its copy"
-	@echo "make notebooks     re-execute every notebook in a fresh kernel and save it"
-	@echo "make bench         measure notebook cost, widget latency and the course's figures at scale"
-	@echo "make soak          every notebook by nbconvert and papermill, many runs in a row on a busy machine"
-	@echo "                   (long; SOAK_OPTS=--short is CI's version, SOAK_OPTS=--help the options)"
-	@echo "make test-pythons  the non-browser suite on every other supported Python found here (3.10, 3.12, 3.13)"
-	@echo "make hub           a class on JupyterHub on this machine (loopback; tools/hub/README.md)"
-	@echo "make test-hub      the whole nbgrader assignment flow on JupyterHub, two students in headless Chromium,"
-	@echo "                   and nbgrader's round trip of every notebook"
+	@awk -F':[^#]*## ' '/^[a-z][a-z-]*:.*## / {printf "make %-14s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
 # One clear line instead of a resolver error on a Python the course does not support.
 python-check:
@@ -76,73 +67,73 @@ $(HUB_INSTALLED): $(TESTER) tools/hub/proxy/package-lock.json
 	@touch $@
 
 # The graphs' layout engine comes with the packages; this only says what to do where none works (never stops).
-setup: $(LEARNER)
+setup: $(LEARNER) ## the learner's packages in .venv (torch, JupyterLab, the layout engine); every target runs it first
 	@$(PY) -m tools graphviz --warn-only
 setup-test: $(TESTER)
 	@$(PY) -m tools graphviz --warn-only
 
 # A system Graphviz `dot`, for AUTOGRAD_LAB_DOT=dot and the engines' cross-check (root on Debian installs it).
-graphviz: $(LEARNER)
+graphviz: $(LEARNER) ## a system Graphviz dot (root on Debian), for AUTOGRAD_LAB_DOT=dot and the engines' cross-check
 	@$(PY) -m tools graphviz --system
 
 # The learner works in their own copy (COURSE, ignored by git): outputs cleared, solutions beside it. Run
 # again, it adds what is new and never overwrites a notebook they changed (helpers/autograd_lab/course.py).
 COURSE ?= my-course
-lab: setup
+lab: setup ## set up, make or update your copy in my-course/, open JupyterLab on it
 	$(PY) -m autograd_lab $(COURSE) --port $(PORT) -- $(LAB_ARGS)
 
-chromium:
+chromium: ## the browser tests' Chromium (apt-get as root on Debian; elsewhere the command to run)
 	@$(PY) -m tools chromium
 
 # The browser tests run beside the rest (tools/run_tests.py; SERIAL=1 runs them after it, output live).
-test: setup-test chromium
+test: setup-test chromium ## set up, then every test: unit tests, nbval on every notebook, browser tests beside them
 	$(PY) -m tools test --jobs $(JOBS) $(if $(SERIAL),--serial)
 
 # The unit tests and nbval without the slow tests (tools/run_tests.py says what each suite selects).
-test-fast: setup-test
+test-fast: setup-test ## the unit tests and nbval, without the slow tests and the browser tests
 	$(PY) -m tools test --fast --jobs $(JOBS)
 
-test-browser: setup-test chromium
+test-browser: setup-test chromium ## only the browser tests (real JupyterLab in headless Chromium)
 	$(PY) -m pytest -m browser tests
 
 # The wheel, installed into a fresh venv that has only torch, makes a copy and runs a notebook (a few minutes).
-test-package: setup-test
+test-package: setup-test ## the wheel into a fresh venv that has only torch: no torch reinstalled, its copy's notebook runs
 	$(PY) -m pytest -m package -n 0 tests
 
-notebooks: setup-test
+notebooks: setup-test ## re-execute every notebook in a fresh kernel and save it (one: NB=notebooks/NN_x.ipynb)
 	$(PY) -m tools notebooks $(or $(NB),notebooks/*.ipynb)
 
-hub: $(HUB_INSTALLED)
+hub: $(HUB_INSTALLED) ## a class on JupyterHub on this machine (loopback; tools/hub/README.md)
 	$(NEEDS_NBGRADER)
 	$(PY) tools/hub/hub.py start
 
 # The class on JupyterHub, then nbgrader's round trip of every notebook (make test grades a few).
-test-hub: $(HUB_INSTALLED) chromium
+test-hub: $(HUB_INSTALLED) chromium ## the nbgrader assignment flow on JupyterHub (two students in Chromium), then every notebook's autograde
 	$(NEEDS_NBGRADER)
 	$(PY) -m pytest -m hub -n 0 tests/hub
 	$(PY) -m pytest -n 0 tests/tools/test_autograde.py
 
-bench: setup-test
+bench: setup-test ## measure notebook cost, widget latency and the course's figures at scale (docs/performance.md)
 	$(PY) -m tools bench
 
 # Headless runs with the ecosystem's tools and their defaults, the machine kept busy (tools/soak.py).
 SOAK_OPTS ?=
-soak: setup-test
+soak: setup-test ## every notebook by nbconvert and papermill, many runs in a row on a busy machine (SOAK_OPTS=--short: CI's)
 	$(PY) -m tools soak $(SOAK_OPTS)
 
 # The classroom kit (tools/classroom/; README > Teaching with this course). Build outputs only, in build/.
 NEEDS_NBGRADER = @$(PY) -c "import nbgrader" 2>/dev/null || { echo "make $@: the classroom kit needs nbgrader, \
   which needs Python 3.11 or newer (this is $$($(PY) -V)). Use e.g. make $@ PYTHON=python3.11 VENV=.venv-3.11"; exit 1; }
 
-student: setup-test
+student: setup-test ## the classroom kit: every notebook without its worked solutions, in build/student/
 	$(NEEDS_NBGRADER)
 	$(PY) -m tools classroom student $(or $(NB),notebooks/[0-9][0-9]_*.ipynb)
 
-handouts: setup-test
+handouts: setup-test ## the classroom kit: every executed notebook as one self-contained page, in build/handouts/
 	$(NEEDS_NBGRADER)
 	$(PY) -m tools classroom handouts $(or $(NB),notebooks/[0-9][0-9]_*.ipynb)
 
-lock: $(LEARNER)
+lock: $(LEARNER) ## rewrite constraints.txt, one lock for every supported Python (needs the network)
 	@$(PY) -m uv --version >/dev/null 2>&1 || $(PY) -m pip install --disable-pip-version-check -q uv
 	$(PY) -m tools lock > constraints.txt.new && mv constraints.txt.new constraints.txt
 
@@ -150,8 +141,8 @@ lock: $(LEARNER)
 # (.venv-3.X). PYTHONS names them; TORCH_INDEX_<version> overrides where that Python's torch comes from.
 PYTHONS ?= 3.10 3.12 3.13
 PYTHONS_OPTS ?=
-test-pythons: $(TESTER)
+test-pythons: $(TESTER) ## the non-browser suite on every other supported Python found here, each in .venv-3.X
 	@$(PY) -m tools pythons $(PYTHONS) $(PYTHONS_OPTS)
 
-clean:
+clean: ## remove every virtual environment and build output
 	rm -rf $(VENV) .venv-3.* build bench-results test-artifacts .pytest_cache
