@@ -1,12 +1,13 @@
 """Autograd Lab's instruments: draw, measure, drive with widgets, check a learner's own loop.
 
 The ideas the course teaches are written out in the notebooks; this package only holds the instruments
-the notebooks use to look at them. ``__all__`` is exactly what the notebooks import from here
-(tests/instruments/test_public_api.py keeps it so); the answer checks are a package of their own,
-``autograd_lab.exercises``.
+the notebooks use to look at them. ``__all__`` is exactly what a user is taught to call: what the notebooks
+import from here and what README.md and docs/teaching.md show (tests/instruments/test_public_api.py keeps it
+so); the answer checks are a package of their own, ``autograd_lab.exercises``.
 
 Each name is imported from its module on first use, so that a tool or a guard process that needs one
-small module (``autograd_lab.processes``) starts without importing torch.
+small module (``autograd_lab.processes``) starts without importing torch; the ``TYPE_CHECKING`` block below
+names the same homes as plain imports, for editors and type checkers to follow.
 
 Imported in a notebook, the package also has the notebook show the ``graphviz`` package's graphs
 (``torchviz.make_dot``'s) through the course's layout engine, as it shows its own drawings
@@ -17,6 +18,19 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the same names and homes as _HOMES (a test keeps them in step)
+    from .accumulation import check_accumulation
+    from .distributed import AllReduceLog, DistributedRunError, torchrun
+    from .env import choose_device, environment_report
+    from .errors import shows_error
+    from .graph import chain, draw_graph, graph_nodes
+    from .measure import PeakMemory, SavedTensors, count_nodes, held_bytes, time_call
+    from .modules import record_modules
+    from .stepper import describe_step, draw_step
+    from .timeline import draw_timeline, timeline_text
+    from .widgets import live
 
 # name -> the module that holds it
 _HOMES = {
@@ -37,12 +51,16 @@ _HOMES = {
     "held_bytes": "measure",
     "shows_error": "errors",
     "live": "widgets",
+    "record_modules": "modules",
     "time_call": "measure",
     "timeline_text": "timeline",
     "torchrun": "distributed",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = ["AllReduceLog", "DistributedRunError", "PeakMemory", "SavedTensors", "chain", "check_accumulation",
+    "choose_device", "count_nodes", "describe_step", "draw_graph", "draw_step", "draw_timeline",
+    "environment_report", "graph_nodes", "held_bytes", "live", "record_modules", "shows_error", "time_call",
+    "timeline_text", "torchrun"]  # the keys of _HOMES, written out for editors
 __version__ = "0.1.0"
 
 

@@ -1,4 +1,5 @@
-"""The package's top level is exactly the instruments the notebooks import from it, and nothing else.
+"""The package's top level is exactly the instruments a user is taught: what the notebooks import from it and
+what README.md and docs/teaching.md show, and nothing else.
 
 Every notebook imports its instruments from ``autograd_lab`` alone (``from autograd_lab import ...`` or
 ``lab.name`` after ``import autograd_lab as lab``); the answer checks come from ``autograd_lab.exercises``.
@@ -15,7 +16,8 @@ from IPython.core.inputtransformer2 import TransformerManager
 
 import autograd_lab
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = REPO / "notebooks"
 
 
 def _sources():
@@ -46,16 +48,22 @@ def _uses(sources: list) -> tuple[set, set]:
     return names, submodules
 
 
-def _readme_names() -> set:
-    """The package's names README's code teaches a learner to call on their own model."""
-    readme = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8")
-    code = "\n".join(re.findall(r"```python\n(.*?)```", readme, re.S))
+PAGES = ("README.md", "docs/teaching.md")  # the pages that teach a user the package's names
+
+
+def _page_names() -> set:
+    """The package's names the pages' code teaches a learner or an instructor to call, and any module below
+    the top level that they import from (there should be none)."""
+    code = "\n".join(block for page in PAGES
+                     for block in re.findall(r"```python\n(.*?)```", (REPO / page).read_text(encoding="utf-8"), re.S))
+    below = set(re.findall(r"^from (autograd_lab\.\w+) import", code, re.M)) - {"autograd_lab.exercises"}
     return set(re.findall(r"\b([A-Za-z_]+)\(", code)) & set(autograd_lab.__all__) | set(
-        n.strip() for line in re.findall(r"^from autograd_lab import (.+)$", code, re.M) for n in line.split(","))
+        n.strip() for line in re.findall(r"^from autograd_lab import (.+)$", code, re.M) for n in line.split(",")
+    ) | below
 
 
-def test_all_is_exactly_what_the_notebooks_import_and_readme_teaches():
-    used = _readme_names()
+def test_all_is_exactly_what_the_notebooks_import_and_the_pages_teach():
+    used = _page_names()
     for _, sources in _sources():
         used |= _uses(sources)[0]
     assert sorted(autograd_lab.__all__) == sorted(used)
@@ -79,3 +87,13 @@ def test_the_small_modules_load_without_torch():
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_the_editors_import_block_names_the_same_homes():
+    """The ``if TYPE_CHECKING:`` imports (what an editor follows) and the lazy homes are one list."""
+    tree = ast.parse(Path(autograd_lab.__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body
+                 if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
+    static = {a.name: node.module for node in block.body for a in node.names}
+    assert static == autograd_lab._HOMES
+    assert sorted(autograd_lab.__all__) == sorted(autograd_lab._HOMES)
