@@ -16,7 +16,7 @@ Parts (all by default; choose with --parts):
              side: the median of --draw-runs layouts each, the engine's start included (what a learner waits for)
 
 Figures are printed as tables and written to bench-results/ as JSON, with the versions and the device.
-The targets (reported, never asserted) are the constants below; docs/performance.md states them, with the
+The targets (reported, never asserted) are tools/bench_targets.py's; docs/performance.md states them, with the
 figures of the reference run, docs/bench/reference.json: `--reference` makes this run the reference, `--page`
 only rewrites the page from the committed JSON (tools/bench_page.py).
 """
@@ -35,27 +35,19 @@ import sys
 import time
 from pathlib import Path
 
+from tools.bench_targets import (
+    NBVAL_WALL_TO_CPU_PER_CORE,
+    NBVAL_WORKERS,
+    WIDGET_BUDGET_MS,
+    WIDGET_P95_BUDGET_MS,
+    nbval_ratio,
+    notebook_target,
+    widget_met,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-# Notebooks whose subject needs more work than the rest: their own budget (seconds on 2 cores) and why.
-OWN_BUDGET_S = {
-    "03_vectorized_vs_looped.ipynb": (30.0, "it times Python loops"),
-    "06_accumulation_across_processes.ipynb": (40.0, "it starts two processes with torchrun"),
-    "07_accumulation_in_practice.ipynb": (40.0, "it starts two processes with torchrun"),
-}
-FLOOR_FACTOR = 3.0  # every other notebook: at most this many times the floor
-WIDGET_BUDGET_MS = 50.0  # median per change, rendering included
-WIDGET_P95_BUDGET_MS = 100.0
-# nbval keeps the cores busy: its wall time at most this many times its CPU time (pytest and every process
-# under it: workers, kernels, torchrun's agents and ranks) divided by the cores it runs on.
-NBVAL_WALL_TO_CPU_PER_CORE = 1.2
-NBVAL_WORKERS = 2  # as `make test` runs it (the Makefile's JOBS)
 DRAW_TIMEOUT_S = 120.0  # a layout may take this long here: the whole drawings of big models are timed too
-# The suite's own targets on 2 cores, not measured here: (what, target, how to measure it).
-SUITE_TARGETS = (
-    ("`make test` from a fresh clone, set-up included", "at most 5 minutes", "`.ci/run` prints each stage's time"),
-    ("`make test-fast` (the unit tests and nbval)", "about 90 s", "`time make test-fast` once set up"),
-)
 # Timing claims in the notebooks' prose that rest on a small margin or on a difference of two timings: on a busy
 # machine (nbval, nbgrader and the browser tests run side by side in `make test`) noise can turn them around,
 # so no notebook cell asserts them; the benchmark, run on a quiet machine, checks them instead. For each
@@ -219,23 +211,6 @@ def bench_notebooks(runs: int, widget_repeats: int, results: dict):
          "met": all(o is True for o in outcomes),
          "errors": sorted({o for o in outcomes if isinstance(o, str)}) or ""}
         for claim, outcomes in claims.items()]}
-
-
-def notebook_target(name: str, floor_s: float) -> tuple[str, float]:
-    """A notebook's target, in words, and its limit in seconds given the floor."""
-    if name in OWN_BUDGET_S:
-        budget, _why = OWN_BUDGET_S[name]
-        return f"<= {budget:.0f} s", budget
-    return f"<= {FLOOR_FACTOR:.0f}x floor", FLOOR_FACTOR * floor_s
-
-
-def widget_met(median_ms: float, p95_ms: float) -> bool:
-    return median_ms <= WIDGET_BUDGET_MS and p95_ms <= WIDGET_P95_BUDGET_MS
-
-
-def nbval_ratio(wall_s: float, cpu_s: float, cores: int) -> float:
-    """Wall time over CPU time per core: 1.0 when every core was busy all the time."""
-    return wall_s / (cpu_s / cores) if cpu_s > 0 else float("inf")
 
 
 def usable_cores() -> int:

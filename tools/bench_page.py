@@ -3,8 +3,8 @@
 The page holds blocks, each between a line `<!-- bench:NAME -->` and a line `<!-- /bench -->`; `python -m
 tools bench --page` rewrites every block from the committed reference run (docs/bench/reference.json) and
 leaves the prose around them alone. The verdicts ("met") are worked out here against today's targets in
-tools/bench.py, so a changed target shows on the page at once. tests/tools/test_bench_page.py fails when the
-committed page differs from what this module makes of the committed JSON.
+tools/goal.py, so a changed target shows on the page at once. tests/tools/test_bench_page.py fails
+when the committed page differs from what this module makes of the committed JSON.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from tools import bench
+from tools import bench_targets as goal
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "performance.md"
@@ -56,18 +56,18 @@ def environment(results: dict) -> str:
 
 
 def targets(_results: dict) -> str:
-    own = "; ".join(f"{_short(name)[:2]} {budget:.0f} s ({why})" for name, (budget, why) in bench.OWN_BUDGET_S.items())
+    own = "; ".join(f"{_short(name)[:2]} {budget:.0f} s ({why})" for name, (budget, why) in goal.OWN_BUDGET_S.items())
     lines = [
-        f"- **A notebook**, run top to bottom in a fresh kernel: at most {bench.FLOOR_FACTOR:.0f}x the floor (a "
+        f"- **A notebook**, run top to bottom in a fresh kernel: at most {goal.FLOOR_FACTOR:.0f}x the floor (a "
         f"fresh kernel that only imports torch and autograd_lab). Budgets of their own: {own}.",
-        f"- **A widget**, each change with its output rendered: median at most {bench.WIDGET_BUDGET_MS:.0f} ms, "
-        f"95th percentile at most {bench.WIDGET_P95_BUDGET_MS:.0f} ms.",
+        f"- **A widget**, each change with its output rendered: median at most {goal.WIDGET_BUDGET_MS:.0f} ms, "
+        f"95th percentile at most {goal.WIDGET_P95_BUDGET_MS:.0f} ms.",
         "- **A timing claim** of the notebooks' prose: it holds in every run.",
-        f"- **nbval** with {bench.NBVAL_WORKERS} workers, as `make test` runs it: its wall time at most "
-        f"{bench.NBVAL_WALL_TO_CPU_PER_CORE}x its CPU time divided by the cores it runs on.",
+        f"- **nbval** with {goal.NBVAL_WORKERS} workers, as `make test` runs it: its wall time at most "
+        f"{goal.NBVAL_WALL_TO_CPU_PER_CORE}x its CPU time divided by the cores it runs on.",
     ]
     lines += [f"- **{what}**, on 2 cores: {target} (not measured by `make bench`: {how})."
-              for what, target, how in bench.SUITE_TARGETS]
+              for what, target, how in goal.SUITE_TARGETS]
     return "\n".join(lines)
 
 
@@ -78,7 +78,7 @@ def notebooks(results: dict) -> str:
     floor = part["floor_s"]
     rows = [["floor: a fresh kernel importing torch and autograd_lab", floor, "1.00", "", ""]]
     for row in part["rows"]:
-        target, limit = bench.notebook_target(row["notebook"], floor)
+        target, limit = goal.notebook_target(row["notebook"], floor)
         rows.append([_short(row["notebook"]), row["median_s"], f"{row['ratio_to_floor']:.2f}", target,
                      yes(row["median_s"] <= limit)])
     return table(["Notebook", "Seconds", "x floor", "Target", "Met"], rows)
@@ -92,7 +92,7 @@ def widgets(results: dict) -> str:
     for row in part["rows"]:
         notebook, cell = row["widget"].split("::")
         rows.append([f"{_short(notebook)[:2]} `{cell}`", row["median_ms"], row["p95_ms"], row["calls"],
-                     yes(bench.widget_met(row["median_ms"], row["p95_ms"]))])
+                     yes(goal.widget_met(row["median_ms"], row["p95_ms"]))])
     return table(["Widget (notebook, cell)", "Median ms", "p95 ms", "Calls", "Met"], rows)
 
 
@@ -108,9 +108,9 @@ def nbval(results: dict) -> str:
     part = results.get("nbval")
     if not part:
         return "Not measured in the reference run."
-    ratio = bench.nbval_ratio(part["wall_s"], part["cpu_s"], part["cores"])
+    ratio = goal.nbval_ratio(part["wall_s"], part["cpu_s"], part["cores"])
     rows = [[part["wall_s"], part["cpu_s"], part["cores"], f"{part['cpu_s'] / part['cores']:.1f}", f"{ratio:.2f}",
-             f"<= {bench.NBVAL_WALL_TO_CPU_PER_CORE}", yes(ratio <= bench.NBVAL_WALL_TO_CPU_PER_CORE)]]
+             f"<= {goal.NBVAL_WALL_TO_CPU_PER_CORE}", yes(ratio <= goal.NBVAL_WALL_TO_CPU_PER_CORE)]]
     text = table(["Wall s", "CPU s", "Cores", "CPU s per core", "Wall / (CPU per core)", "Target", "Met"], rows)
     outcome = "passed" if part["passed"] else "**failed**"
     return f"{text}\n\nThe suite {outcome}: `{part['summary']}`."

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import bench, bench_page
+from tools import bench, bench_page, bench_targets
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -67,16 +67,16 @@ def test_a_page_without_its_blocks_is_refused_with_what_to_do():
 
 def test_verdicts_follow_todays_targets_not_the_ones_of_the_run(monkeypatch):
     results = reference()
-    monkeypatch.setattr(bench, "FLOOR_FACTOR", 0.5)  # no notebook runs in half the floor
-    monkeypatch.setattr(bench, "NBVAL_WALL_TO_CPU_PER_CORE", 0.5)  # nor does nbval keep more than every core busy
+    monkeypatch.setattr(bench_targets, "FLOOR_FACTOR", 0.5)  # no notebook runs in half the floor
+    monkeypatch.setattr(bench_targets, "NBVAL_WALL_TO_CPU_PER_CORE", 0.5)  # nor does nbval use over every core
     made = bench_page.notebooks(results) + bench_page.nbval(results)
     assert "<= 0x floor | **no** |" in made and "| <= 0.5 | **no** |" in made
     assert "yes" not in bench_page.nbval(results)
 
 
 def test_the_nbval_ratio_is_wall_over_cpu_per_core():
-    assert bench.nbval_ratio(wall_s=30.0, cpu_s=60.0, cores=2) == 1.0
-    assert bench.nbval_ratio(wall_s=33.0, cpu_s=60.0, cores=2) == pytest.approx(1.1)
+    assert bench_targets.nbval_ratio(wall_s=30.0, cpu_s=60.0, cores=2) == 1.0
+    assert bench_targets.nbval_ratio(wall_s=33.0, cpu_s=60.0, cores=2) == pytest.approx(1.1)
 
 
 BURN = "import time; t = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
