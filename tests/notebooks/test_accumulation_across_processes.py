@@ -30,7 +30,6 @@ import textwrap
 from pathlib import Path
 
 import ddp_probe
-import nbformat
 import pytest
 import torch
 
@@ -617,59 +616,3 @@ def test_fsdp2_without_the_sync_keeps_the_whole_unsharded_gradient_until_the_las
             assert last["kinds"].count("_reduce_scatter_base_") == layers
             assert every["kinds"].count("_reduce_scatter_base_") == layers * k
             assert last["kinds"].count("_allgather_base_") == every["kinds"].count("_allgather_base_") == 2 * layers * k
-
-
-# --------------------------------------------------------------------------- the notebook as a learner runs it
-
-
-def _run(client, code: str):
-    """Run ``code`` in the client's kernel as a cell: (its reply, its output messages)."""
-    from jupyter_core.utils import run_sync
-
-    outputs = []
-    reply = run_sync(client.kc.execute_interactive)(code, output_hook=outputs.append, timeout=600, store_history=True)
-    return reply, outputs
-
-
-def _text(outputs) -> str:
-    texts = []
-    for msg in outputs:
-        content = msg["content"]
-        texts.append(content.get("text", "") + content.get("data", {}).get("text/plain", ""))
-        if msg["msg_type"] == "error":
-            texts.append(f"{content['ename']}: {content['evalue']}")
-    return "\n".join(t for t in texts if t)
-
-
-@pytest.mark.slow
-def test_every_reveal_cell_loads_in_the_learners_copy_after_the_cells_above_it_and_passes_its_check(tmp_path):
-    """Cell after cell in a learner's copy of the course; after each reveal cell, the learner deletes the "# "
-    before %load and runs it (IPython fills the cell with the worked solution), then runs the filled cell."""
-    from autograd_lab import course
-    from tools.kernels import notebook_client
-
-    copy = tmp_path / "my-course"
-    course.update(copy, source=REPO / "notebooks")
-    path = copy / NOTEBOOK.name
-    nb = nbformat.read(path, as_version=4)
-    client = notebook_client(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(copy)}})
-    revealed = []
-    with client.setup_kernel():
-        for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code":
-                continue
-            client.execute_cell(cell, index)
-            assert not [o for o in cell.outputs if o.output_type == "error"], (cell.id, cell.outputs)
-            if "solution-reveal" not in cell.metadata.get("tags", []):
-                continue
-            load = re.search(r"^# (%load (solutions/\S+\.py))$", cell.source, re.M)
-            reply, outputs = _run(client, cell.source.replace(load.group(0), load.group(1)))
-            assert reply["content"]["status"] == "ok", (cell.id, _text(outputs))
-            (filled,) = [p["text"] for p in reply["content"]["payload"] if p["source"] == "set_next_input"]
-            assert filled.endswith((copy / load.group(2)).read_text()), cell.id
-            reply, outputs = _run(client, filled)
-            shown = _text(outputs).strip()
-            assert reply["content"]["status"] == "ok" and shown.startswith("Correct"), (cell.id, shown)
-            revealed.append(load.group(2))
-    assert revealed == ["solutions/06_ddp_loop.py", "solutions/06_first_sync.py"]
-    assert not (copy / SCRATCH).exists()  # the last cell removed the scratch folder

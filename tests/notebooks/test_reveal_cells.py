@@ -74,3 +74,26 @@ def test_every_worked_solution_loads_and_passes_in_the_learners_copy(learners_co
             verdicts.append(errors[0] if errors else text.strip().splitlines()[-1] if text.strip() else "no output")
     expected = [f"%load {path}: correct" for path in paths]
     assert verdicts == expected, json.dumps(dict(zip(paths, verdicts)), indent=1)
+    left = sorted(p.name for p in learners_copy.glob(f"scratch-{name[:2]}*"))
+    assert not left, f"{name} leaves its scratch folder {left} in the learner's copy"
+
+
+def test_load_puts_each_worked_solution_into_the_cell_in_the_learners_copy(learners_copy):
+    """IPython's own %load (what the learner runs once the "# " is deleted): from the copy's folder, each reveal
+    cell's line fills the cell with its file, in a kernel as JupyterLab runs it."""
+    from jupyter_core.utils import run_sync
+
+    lines = sorted({LOAD.search(cell.source).group(0).lstrip("# ")
+                    for name in WITH_REVEALS for cell in nbformat.read(learners_copy / name, as_version=4).cells
+                    if cell.cell_type == "code" and REVEAL_TAG in cell.metadata.get("tags", [])})
+    nb = nbformat.v4.new_notebook()
+    client = notebook_client(nb, timeout=60, kernel_name="python3",
+                             resources={"metadata": {"path": str(learners_copy)}})
+    with client.setup_kernel():
+        for line in lines:
+            reply = run_sync(client.kc.execute_interactive)(line, timeout=60, store_history=True,
+                                                            output_hook=lambda msg: None)
+            assert reply["content"]["status"] == "ok", line
+            (filled,) = [p["text"] for p in reply["content"]["payload"] if p["source"] == "set_next_input"]
+            path = line.split()[-1]
+            assert filled.endswith((learners_copy / path).read_text(encoding="utf-8")), line
