@@ -1,9 +1,9 @@
 """Real architectures, built from torch.nn without weights, small enough for the tests and `make bench`: the
-shapes of the models learners point the instruments at (GPT-2, ViT-B/16, BERT, ResNet-18, an LSTM,
-checkpointed blocks, a custom autograd.Function). Their structure (layers, branches, parameters per module)
-is the real one; their widths are small, so that a forward pass takes milliseconds. torchvision is not in the
-test extra (it would need a lock of its own builds), so the ResNet is written here too. bench_own_models
-times their drawing."""
+shapes of the models learners point the instruments at (GPT-2, ViT-B/16, BERT, ResNet-18, an LSTM, a GRU over
+20 steps, checkpointed blocks, a custom autograd.Function). Their structure (layers, branches, parameters per
+module) is the real one; their widths are small, so that a forward pass takes milliseconds. torchvision is not
+in the test extra (it would need a lock of its own builds), so the ResNet is written here too.
+bench_own_models times their drawing."""
 
 from __future__ import annotations
 
@@ -179,6 +179,15 @@ def lstm_loss():
     return model, out.square().mean()
 
 
+def gru_loss(layers: int = 2, steps: int = 20):
+    """A GRU from torch.nn over ``steps`` steps of a sequence, its output summed: the same weights met at every
+    step, the graph unrolled over time (CPU torch builds each step from separate operations)."""
+    torch.manual_seed(0)
+    model = nn.GRU(8, 16, num_layers=layers)
+    out, _ = model(torch.randn(steps, 2, 8))
+    return model, out.sum()
+
+
 class Checkpointed(nn.Module):
     """Four Linear-Tanh blocks, each run under non-reentrant activation checkpointing."""
 
@@ -227,7 +236,7 @@ def custom_function_loss():
 
 ALL = {
     "gpt2": gpt2_loss, "vit": vit_loss, "bert": bert_loss, "resnet": resnet_loss, "lstm": lstm_loss,
-    "checkpointed": checkpointed_loss, "custom_function": custom_function_loss,
+    "gru": gru_loss, "checkpointed": checkpointed_loss, "custom_function": custom_function_loss,
 }
 
 

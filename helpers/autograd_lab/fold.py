@@ -8,7 +8,9 @@ Before any layout (:mod:`autograd_lab.layout` says what is comfortable):
    become the first block drawn in full and one box for the rest; inputs of one node that are the same
    chain of operations down to the same shared nodes are drawn once, their edge labelled with the count
    ("x 200"), and a chain of identical links (a loss summed one sample at a time) is drawn as one link with
-   a loop that counts them. Branches that end in different leaves are never merged;
+   a loop that counts them; the same step repeated over time (a recurrent net unrolled, :mod:`autograd_lab.roll`)
+   is drawn once in a dashed box that counts the steps, an arrow back into it carrying its state to the next
+   step. Branches that end in different leaves, and steps that read different weights, are never merged;
 3. ``depth`` collapses every module that many levels down into one box;
 4. only a graph beyond any screen is refused before the layout; otherwise the layout runs under its time
    limit, and the text summary (node counts by kind, the widest fan-in, what to do) is what a learner reads
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 
 from .graphmodel import Graph, Node, title
 from .layout import SCREEN_BOXES, fits, layout_cost
+from .roll import roll
 
 __all__ = ["Drawable", "Outline", "collapse", "contract", "fold", "fold_blocks", "summary", "within_limits", "wrap"]
 
@@ -37,9 +40,9 @@ SUMMARY_ABOVE = 100  # nodes: a graph that cannot be laid out shows as its summa
 @dataclass(frozen=True)
 class Drawable:
     """What the renderer draws: ``model`` (as walked, or folded) with ``marks`` by its node indices
-    (``highlight``, ``done``, ``edge_labels``) and a ``note`` saying what was folded. ``boxes``: what its layout
-    must place; ``beyond_screen``: more than any screen shows, so it is not laid out and its summary
-    (:meth:`outline`) is what a learner reads instead."""
+    (``highlight``, ``done``, ``edge_labels``, and ``steps``: (count, nodes) of each step drawn once for many)
+    and a ``note`` saying what was folded. ``boxes``: what its layout must place; ``beyond_screen``: more than
+    any screen shows, so it is not laid out and its summary (:meth:`outline`) is what a learner reads instead."""
 
     model: Graph
     marks: dict = field(default_factory=dict)
@@ -326,9 +329,10 @@ def wrap(text: str, width: int = 110, indent: str = "  ") -> list:
                          break_on_hyphens=False)
 
 
-def _fold(model: Graph, marks: dict, kinds: dict) -> tuple[Graph, dict, dict, list]:
+def _fold(model: Graph, marks: dict, kinds: dict) -> tuple[Graph, dict, dict, tuple, list]:
     """``model`` with its repeated structure drawn once: numbered blocks, then identical branches and chains of
-    identical links. (graph, marks, edge labels of what was folded, one sentence per kind of folding done)."""
+    identical links, then the same step repeated over time (:mod:`autograd_lab.roll`). (graph, marks, edge
+    labels of what was folded, the rolled steps, one sentence per kind of folding done)."""
     model, new, said = fold_blocks(model, kinds)
     marks = _remap(marks, new)
     folded, counts, new = fold(model)
@@ -338,20 +342,27 @@ def _fold(model: Graph, marks: dict, kinds: dict) -> tuple[Graph, dict, dict, li
         labels = {key: f"x {n}" for key, n in counts.items()}
     if counts:
         said.append("'x N' on an edge counts identical branches, on a loop the links of a chain")
-    return model, marks, labels, said
+    rolled = roll(model)
+    if rolled.said:
+        model, marks, new = rolled.graph, _remap(marks, rolled.new), rolled.new
+        labels = {(new[a], new[b]): v for (a, b), v in labels.items() if a in new and b in new} | rolled.labels
+        said += [*rolled.said, "'next step' on an arrow back into a step: its state, carried into the next step"]
+        if any(text != "next step" for text in rolled.labels.values()):
+            said.append("'x N' on an edge out of a dashed box: read from every step")
+    return model, marks, labels, rolled.steps, said
 
 
 def within_limits(model: Graph, marks: dict, show_saved: bool = False, *, folding="auto", depth=None,
                   kinds=None, any_size: bool = False) -> Drawable:
     """What to draw of ``model``: collapsed to ``depth`` (module boxes), folded, or as it is.
 
-    ``folding`` "auto" folds repeated blocks and identical branches when the graph is
+    ``folding`` "auto" folds repeated blocks, identical branches and steps repeated over time when the graph is
     too big to read comfortably (:func:`~autograd_lab.layout.fits`), True always, False never. A graph with more
     boxes than any screen shows is marked ``beyond_screen`` (shown as its summary only), unless ``any_size``.
     ``marks`` holds ``highlight`` and ``done`` (sets of node indices) and ``edge_labels`` ({(node, input):
     text}); they follow the nodes' new indices. The layout's cost is counted once for the graph drawn.
     """
-    notes, labels, kinds = [], {}, kinds or {}
+    notes, labels, steps, kinds = [], {}, (), kinds or {}
     if depth is not None:
         model, new = collapse(model, depth, kinds)
         marks = _remap(marks, new)
@@ -359,11 +370,11 @@ def within_limits(model: Graph, marks: dict, show_saved: bool = False, *, foldin
     cost = layout_cost(model, show_saved)
     if folding is True or (folding == "auto" and not fits(cost)):
         size = len(model.nodes)
-        folded, marks, labels, said = _fold(model, marks, kinds)
+        folded, marks, labels, steps, said = _fold(model, marks, kinds)
         if said:
             model, cost = folded, layout_cost(folded, show_saved)
             notes.append(f"folded from {size} nodes, repeated structure drawn once: " + "; ".join(said))
     labels.update(marks.pop("edge_labels"))
-    marks = {**marks, "edge_labels": labels}
+    marks = {**marks, "edge_labels": labels, "steps": steps}
     return Drawable(model, marks, note="; ".join(notes), boxes=cost[0],
                     beyond_screen=cost[0] > SCREEN_BOXES and not any_size, show_saved=show_saved)

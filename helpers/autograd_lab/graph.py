@@ -273,10 +273,16 @@ def _add_nodes(graph, text, model: Graph, opts: dict) -> None:
 
 
 def _add_edges(graph, text, model: Graph, labels: Mapping) -> None:
-    loops = [(a, a) for a, b in labels if a == b]  # a folded chain: one node standing for many in a row
-    for child, parent in model.edges() + loops:
+    """The graph's edges, then the arrows folding adds, which are not edges of the (acyclic) graph: a folded
+    chain's loop (one node standing for many in a row) and a rolled step's state carried into the next step.
+    Those arrows do not rank the boxes (``constraint=false``): the step is laid out as its own edges place it."""
+    edges = model.edges()
+    known = set(edges)
+    back = [(b, a) for a, b in labels if (b, a) not in known]
+    for k, (child, parent) in enumerate(edges + back):
         note = labels.get((parent, child), "")
-        graph.edge(f"n{child}", f"n{parent}", label=f" {note} " if note else "")
+        attrs = {"constraint": "false"} if k >= len(edges) and child != parent else {}
+        graph.edge(f"n{child}", f"n{parent}", label=f" {note} " if note else "", **attrs)
         text.append(f"n{child} -> n{parent}" + (f"  {note}" if note else ""))
 
 
@@ -297,6 +303,17 @@ def _add_outputs(graph, text, model: Graph, names: Mapping, show_values: bool) -
         graph.node(oid, label, fillcolor=COLOURS["output"])
         graph.edge(f"n{root}", oid, style="dashed", arrowhead="none")
         text.append(f"{oid} {_one_line(label)} <- n{root}")
+
+
+def _add_steps(graph, text, steps) -> None:
+    """Each step drawn once for many (a rolled loop) in a dashed box that says how many times it ran."""
+    for k, (count, members) in enumerate(steps):
+        ids = [f"n{i}" for i in members]
+        with graph.subgraph(name=f"cluster_step{k}") as box:  # Graphviz draws a "cluster_" subgraph as a box
+            box.attr(label=f"x {count} steps", style="dashed", labeljust="l", fontsize="12")
+            for nid in ids:
+                box.node(nid)
+        text.append(f"x {count} steps: {' '.join(ids)}")
 
 
 def _new_graph(direction: str, size: str | None) -> AutogradGraph:
@@ -326,10 +343,13 @@ def draw_model(
     size: str | None = None,
     note: str = "",
     saved_names: Mapping | None = None,
+    steps=(),
 ) -> AutogradGraph:
     """Render a walked :class:`~autograd_lab.graphmodel.Graph`; marks and labels are keyed by node index.
 
-    ``names`` maps id(output tensor) -> name; ``edge_labels`` maps (node, input) index pairs -> text;
+    ``names`` maps id(output tensor) -> name; ``edge_labels`` maps (node, input) index pairs -> text (a pair
+    that is not an edge of the graph is drawn as an arrow of its own: a loop, a step's state carried on);
+    ``steps`` holds (count, node indices) for each step drawn once for ``count`` steps (a dashed box);
     ``note`` is a sentence drawn under the graph and put first in its text (why it was folded);
     ``saved_names`` maps id(tensor) -> parameter name, for saved tensors that are parameters.
     """
@@ -339,6 +359,7 @@ def draw_model(
                 saved_names=saved_names or {})
     _add_nodes(graph, text, model, opts)
     _add_edges(graph, text, model, edge_labels or {})
+    _add_steps(graph, text, steps)
     _add_outputs(graph, text, model, names or {}, show_values)
     if note:
         graph.attr(label=note.replace("; ", ";\n"), labelloc="b", fontsize="12")  # two short lines
