@@ -11,8 +11,9 @@ How the steps are found, in the walked graph (:class:`~autograd_lab.graphmodel.G
 
 1. nodes that compute the same thing from the same kinds of inputs a few levels down are candidates for the
    same position in successive steps (the ``h`` of each step);
-2. for such a chain of candidates, ordered from the first step to the last, the step of each one is what it
-   reaches that the one before it does not reach;
+2. for such candidates, ordered from the first step to the last, the step of each one is what it reaches
+   that the ones before it do not reach, and the step before it is one whose step it reads (two loops that
+   run side by side, the directions of a bidirectional net, are two chains);
 3. two successive steps are the same step when a walk of both, side by side, pairs every node with one of the
    same operation and the same input positions, and each input outside the step is either the very node the
    other step reads there (a weight, the input sequence: shared) or the state the step before handed on, at
@@ -90,10 +91,18 @@ def _reach(model: Graph, start: int, seen: set) -> set:
     return body
 
 
-def _bodies(model: Graph, chain: list) -> list:
-    """Per member of ``chain`` (first step first): the nodes it reaches that the members before it do not."""
+def _bodies(model: Graph, chain: list) -> tuple[list, dict]:
+    """Per member of ``chain`` (first step first): the nodes it reaches that the members before it do not; and
+    {node: the member whose body holds it}."""
     seen: set = set()
-    return [_reach(model, start, seen) for start in chain]
+    bodies = [_reach(model, start, seen) for start in chain]
+    return bodies, {i: t for t, body in enumerate(bodies) for i in body}
+
+
+def _read_from(model: Graph, body: set, owner: dict) -> list:
+    """The members whose bodies hold a node that ``body`` reads, the latest first: where its step before is."""
+    found = {owner[j] for i in body for j in model.nodes[i].inputs if j is not None and j not in body and j in owner}
+    return sorted(found, reverse=True)
 
 
 def _outputs(node) -> tuple:
@@ -207,21 +216,29 @@ def _extend(model: Graph, first: int, matches: list, leafy: list) -> list:
 
 
 def _chain_runs(model: Graph, chain: list, leafy: list) -> list:
-    """The runs of at least ``MIN_STEPS`` same steps along ``chain`` (candidates, first step first)."""
-    bodies = _bodies(model, chain)
-    found, matches, first = [], [], None
+    """The runs of at least ``MIN_STEPS`` same steps among ``chain`` (candidates, first step first). Each member's
+    step before it is the member whose step it reads that is the same step: chains that run side by side (the
+    two directions of a bidirectional net) are told apart."""
+    bodies, owner = _bodies(model, chain)
+    matched, after = {}, {}  # member -> its pairing with the step before; member -> the step after it
     for t in range(1, len(chain)):
-        handed = matches[-1].pairs if matches else None
-        match = _match(model, chain[t], chain[t - 1], (bodies[t], bodies[t - 1]), handed, leafy)
-        if match is None and matches:  # the run ends at the step before: the next one starts afresh
-            found.append(_extend(model, first, matches, leafy))
-            matches = []
-            continue
-        if match is not None:
-            first = first if matches else chain[t - 1]
-            matches.append(match)
-    if matches:
-        found.append(_extend(model, first, matches, leafy))
+        for p in _read_from(model, bodies[t], owner):
+            if p in after:
+                continue
+            handed = matched[p].pairs if p in matched else None
+            match = _match(model, chain[t], chain[p], (bodies[t], bodies[p]), handed, leafy)
+            if match is not None:
+                matched[t], after[p] = match, t
+                break
+    found = []
+    for start in (p for p in after if p not in matched):  # a run's first step: no step before it
+        matches, t = [], after[start]
+        while True:
+            matches.append(matched[t])
+            if t not in after:
+                break
+            t = after[t]
+        found.append(_extend(model, chain[start], matches, leafy))
     return [_run(model, m) for m in found if len(m) + 1 >= MIN_STEPS]
 
 

@@ -22,11 +22,11 @@ def drawn_nodes(graph) -> int:
     return sum(1 for line in graph.text.splitlines() if re.match(r"  n\d+ (?!->)", line))
 
 
-def layer_loss(kind, mkldnn=True):
+def layer_loss(kind, mkldnn=True, bidirectional=False):
     """nn.GRU / nn.LSTM / nn.RNN, 2 layers, over STEPS steps, its output summed. ``mkldnn=False``: CPU torch
     builds an LSTM from separate operations per step instead of one fused node per layer."""
     torch.manual_seed(0)
-    model = getattr(nn, kind)(4, 8, num_layers=2)
+    model = getattr(nn, kind)(4, 8, num_layers=2, bidirectional=bidirectional)
     with torch.backends.mkldnn.flags(enabled=mkldnn):
         out, _ = model(torch.randn(STEPS, 3, 4))
     return model, out.sum()
@@ -50,6 +50,7 @@ RECURRENT = {
     "nn.GRU": (lambda: layer_loss("GRU"), [STEPS, STEPS], 14),
     "nn.LSTM, built per step": (lambda: layer_loss("LSTM", mkldnn=False), [STEPS, STEPS], 13),
     "nn.RNN": (lambda: layer_loss("RNN"), [STEPS, STEPS], 4),
+    "nn.GRU, bidirectional": (lambda: layer_loss("GRU", bidirectional=True), [STEPS] * 4, 14),  # side by side
     "GRUCell in a for loop": (lambda: cell_loop_loss("GRUCell"), [STEPS], 16),
     "LSTMCell in a for loop": (lambda: cell_loop_loss("LSTMCell"), [STEPS], 15),
     "RNNCell in a for loop": (lambda: cell_loop_loss("RNNCell"), [STEPS], 6),
