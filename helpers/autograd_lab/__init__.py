@@ -10,8 +10,8 @@ small module (``autograd_lab.processes``) starts without importing torch; the ``
 names the same homes as plain imports, for editors and type checkers to follow.
 
 Imported in a notebook, the package also has the notebook show the ``graphviz`` package's graphs
-(``torchviz.make_dot``'s) through the course's layout engine, as it shows its own drawings
-(:func:`autograd_lab.graph.graphviz_bundle`): ``graphviz`` itself runs a system ``dot`` by name.
+(``torchviz.make_dot``'s) through the course's layout engine (:func:`autograd_lab.graph.graphviz_bundle`):
+``graphviz`` itself runs a system ``dot`` by name. Its own drawings (``AutogradGraph``) show themselves.
 """
 
 from __future__ import annotations
@@ -77,8 +77,12 @@ def __dir__() -> list:
 
 
 # graphviz's classes that a notebook shows (torchviz.make_dot returns a Digraph), named so that registering
-# them imports neither graphviz nor torch; a subclass (the course's AutogradGraph) is shown by the same function.
+# them imports neither graphviz nor torch.
 GRAPHVIZ_CLASSES = (("graphviz.graphs", "Graph"), ("graphviz.graphs", "Digraph"), ("graphviz.sources", "Source"))
+# The course's own drawing, a Digraph too: IPython looks a printer up along the class's MRO before it asks the
+# object for _repr_mimebundle_, so graphviz's printer would be found for it; registered by its own name, it is
+# found first, and shows itself.
+OWN_GRAPH = ("autograd_lab.graph", "AutogradGraph")
 
 
 def _show_graphviz(graph) -> dict:
@@ -87,8 +91,13 @@ def _show_graphviz(graph) -> dict:
     return graphviz_bundle(graph)
 
 
+def _show_itself(graph) -> dict:
+    return graph._repr_mimebundle_()
+
+
 def _register_graphviz_display() -> None:
-    """In IPython (a notebook's kernel), graphviz's graphs are shown by :func:`_show_graphviz`."""
+    """In IPython (a notebook's kernel), graphviz's graphs are shown by :func:`_show_graphviz`; the course's
+    own drawings by their ``_repr_mimebundle_``."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     if shell is None:  # a plain Python process: nothing is displayed
@@ -96,6 +105,7 @@ def _register_graphviz_display() -> None:
     formatter = shell.display_formatter.mimebundle_formatter
     for module, name in GRAPHVIZ_CLASSES:
         formatter.for_type_by_name(module, name, _show_graphviz)
+    formatter.for_type_by_name(*OWN_GRAPH, _show_itself)
 
 
 _register_graphviz_display()

@@ -8,7 +8,9 @@ Before any layout (:mod:`autograd_lab.layout` says what is comfortable):
    become the first block drawn in full and one box for the rest; inputs of one node that are the same
    chain of operations down to the same shared nodes are drawn once, their edge labelled with the count
    ("x 200"), and a chain of identical links (a loss summed one sample at a time) is drawn as one link with
-   a loop that counts them. Branches that end in different leaves are never merged;
+   a loop that counts them; the same step repeated over time (a recurrent net unrolled, :mod:`autograd_lab.roll`)
+   is drawn once in a dashed box that counts the steps, an arrow back into it carrying its state to the next
+   step. Branches that end in different leaves, and steps that read different weights, are never merged;
 3. ``depth`` collapses every module that many levels down into one box;
 4. only a graph beyond any screen is refused before the layout; otherwise the layout runs under its time
    limit, and the text summary (node counts by kind, the widest fan-in, what to do) is what a learner reads
@@ -28,20 +30,35 @@ from dataclasses import dataclass, field
 
 from .graphmodel import Graph, Node, title
 from .layout import SCREEN_BOXES, fits, layout_cost
+from .roll import roll
 
-__all__ = ["Drawable", "collapse", "contract", "fold", "fold_blocks", "summary", "within_limits", "wrap"]
+__all__ = ["Drawable", "Outline", "collapse", "contract", "fold", "fold_blocks", "summary", "within_limits", "wrap"]
+
+SUMMARY_ABOVE = 100  # nodes: a graph that cannot be laid out shows as its summary above this, in full below
 
 
 @dataclass(frozen=True)
 class Drawable:
     """What the renderer draws: ``model`` (as walked, or folded) with ``marks`` by its node indices
-    (``highlight``, ``done``, ``edge_labels``) and a ``note`` saying what was folded; or, when not even the
-    folded graph can be laid out in time, no model and the ``summary`` a learner reads instead."""
+    (``highlight``, ``done``, ``edge_labels``, and ``steps``: (count, nodes) of each step drawn once for many)
+    and a ``note`` saying what was folded. ``boxes``: what its layout must place; ``beyond_screen``: more than
+    any screen shows, so it is not laid out and its summary (:meth:`outline`) is what a learner reads instead."""
 
-    model: Graph | None
+    model: Graph
     marks: dict = field(default_factory=dict)
     note: str = ""
-    summary: str = ""
+    boxes: int = 0
+    beyond_screen: bool = False
+    show_saved: bool = False
+
+    @property
+    def summarised(self) -> bool:
+        """Whether the graph is too big to read as text in full: when its layout fails, the summary stands in."""
+        return self.beyond_screen or len(self.model.nodes) > SUMMARY_ABOVE
+
+    def outline(self) -> Outline:
+        """What its text summary says, without its tensors: ``outline().text(why)`` writes the summary."""
+        return Outline.of(self.model, self.boxes)
 
 
 def _signatures(model: Graph) -> list:
@@ -140,9 +157,6 @@ def _remap(marks: dict, new: dict) -> dict:
         done={new[i] for i in marks["done"] if i in new},
         edge_labels={(new[a], new[b]): v for (a, b), v in marks["edge_labels"].items() if a in new and b in new},
     )
-
-
-SUMMARY_ABOVE = 100  # nodes: a graph that cannot be laid out shows as its summary above this, in full below
 
 
 def contract(model: Graph, group: list, boxes: dict) -> tuple[Graph, dict]:
@@ -262,30 +276,51 @@ def fold_blocks(model: Graph, kinds: dict) -> tuple[Graph, dict, list]:
     return folded, new, said
 
 
-def _advice(model: Graph) -> str:
-    """What a learner can do when a graph is too big to draw: advice that fits a model or a looped loss."""
-    if any(n.module is not None or n.param is not None for n in model.nodes):
-        return ("  A model's graph does not shrink with the batch. Draw less of it: record the forward with "
+MODEL_ADVICE = ("A model's graph does not shrink with the batch. Draw less of it: record the forward with "
                 "record_modules(model) and pass depth=1 (each top module one box) or fold=True; draw one block "
                 "(draw_graph(model.h[0](x)) or the like); or give the layout more time: timeout=60.")
-    return ("  chain(tensor) prints the whole graph as text; draw a smaller case (fewer samples or steps), "
-            "pass fold=True, or give the layout more time: timeout=60.")
+LOOP_ADVICE = ("chain(tensor) prints the whole graph as text; draw a smaller case (fewer samples or steps), "
+               "pass fold=True, or give the layout more time: timeout=60.")
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What the text summary of a graph says, kept without its tensors (a drawing kept in a notebook's output
+    history then keeps no autograd graph alive); :meth:`text` writes it, when it is shown.
+
+    ``names``: each node's name; ``busiest``: the node most used, and ``used_by``: by how many; ``boxes``: what
+    the layout must place; ``model_like``: nodes named by parameter or module (the advice fits a model)."""
+
+    names: tuple
+    busiest: str
+    used_by: int
+    boxes: int
+    model_like: bool
+
+    @classmethod
+    def of(cls, model: Graph, boxes: int) -> Outline:
+        fan = model.fan_in()
+        busiest = max(range(len(fan)), key=fan.__getitem__)
+        model_like = any(n.module is not None or n.param is not None for n in model.nodes)
+        return cls(tuple(n.name for n in model.nodes), title(model.nodes[busiest]), fan[busiest], boxes, model_like)
+
+    def text(self, why: str = "") -> str:
+        """The text a learner gets instead of a picture that could not be laid out: why, what is in it, what
+        to do (``why`` left out: more boxes than any screen shows)."""
+        kinds = Counter(self.names).most_common()
+        why = why or f"{self.boxes} boxes, more than any screen shows ({SCREEN_BOXES})"
+        lines = [
+            f"autograd graph of {len(self.names)} nodes, not drawn: {why}.",
+            *wrap("nodes by kind: " + ", ".join(f"{name} x {n}" for name, n in kinds)),
+            f"  most used node: {self.busiest}, input of {self.used_by} nodes",
+            *wrap(MODEL_ADVICE if self.model_like else LOOP_ADVICE),
+        ]
+        return "\n".join(lines)
 
 
 def summary(model: Graph, show_saved: bool = False, why: str = "") -> str:
-    """The text a learner gets instead of a picture that could not be laid out: why, what is in it, what to do."""
-    boxes, _ = layout_cost(model, show_saved)
-    fan = model.fan_in()
-    busiest = max(range(len(fan)), key=fan.__getitem__)
-    kinds = Counter(node.name for node in model.nodes).most_common()
-    why = why or f"{boxes} boxes, more than any screen shows ({SCREEN_BOXES})"
-    lines = [
-        f"autograd graph of {len(model.nodes)} nodes, not drawn: {why}.",
-        *wrap("nodes by kind: " + ", ".join(f"{name} x {n}" for name, n in kinds)),
-        f"  most used node: {title(model.nodes[busiest])}, input of {fan[busiest]} nodes",
-        *wrap(_advice(model).strip()),
-    ]
-    return "\n".join(lines)
+    """The text a learner gets instead of a picture of ``model`` that could not be laid out (:class:`Outline`)."""
+    return Outline.of(model, layout_cost(model, show_saved)[0]).text(why)
 
 
 def wrap(text: str, width: int = 110, indent: str = "  ") -> list:
@@ -294,34 +329,52 @@ def wrap(text: str, width: int = 110, indent: str = "  ") -> list:
                          break_on_hyphens=False)
 
 
+def _fold(model: Graph, marks: dict, kinds: dict) -> tuple[Graph, dict, dict, tuple, list]:
+    """``model`` with its repeated structure drawn once: numbered blocks, then identical branches and chains of
+    identical links, then the same step repeated over time (:mod:`autograd_lab.roll`). (graph, marks, edge
+    labels of what was folded, the rolled steps, one sentence per kind of folding done)."""
+    model, new, said = fold_blocks(model, kinds)
+    marks = _remap(marks, new)
+    folded, counts, new = fold(model)
+    labels = {}
+    if counts or said:
+        model, marks = folded, _remap(marks, new)
+        labels = {key: f"x {n}" for key, n in counts.items()}
+    if counts:
+        said.append("'x N' on an edge counts identical branches, on a loop the links of a chain")
+    rolled = roll(model)
+    if rolled.said:
+        model, marks, new = rolled.graph, _remap(marks, rolled.new), rolled.new
+        labels = {(new[a], new[b]): v for (a, b), v in labels.items() if a in new and b in new} | rolled.labels
+        said += [*rolled.said, "'next step' on an arrow back into a step: its state, carried into the next step"]
+        if any(text != "next step" for text in rolled.labels.values()):
+            said.append("'x N' on an edge out of a dashed box: read from every step")
+    return model, marks, labels, rolled.steps, said
+
+
 def within_limits(model: Graph, marks: dict, show_saved: bool = False, *, folding="auto", depth=None,
                   kinds=None, any_size: bool = False) -> Drawable:
     """What to draw of ``model``: collapsed to ``depth`` (module boxes), folded, or as it is.
 
-    ``folding`` "auto" folds repeated blocks and identical branches when the graph is too big to read
-    comfortably (:func:`~autograd_lab.layout.fits`), True always, False never. A graph with more boxes than any
-    screen shows comes back as a summary only, unless ``any_size``. ``marks`` holds ``highlight`` and ``done``
-    (sets of node indices) and ``edge_labels`` ({(node, input): text}); they follow the nodes' new indices.
-    The summary is kept for the renderer: it is what a learner reads when the layout runs out of time.
+    ``folding`` "auto" folds repeated blocks, identical branches and steps repeated over time when the graph is
+    too big to read comfortably (:func:`~autograd_lab.layout.fits`), True always, False never. A graph with more
+    boxes than any screen shows is marked ``beyond_screen`` (shown as its summary only), unless ``any_size``.
+    ``marks`` holds ``highlight`` and ``done`` (sets of node indices) and ``edge_labels`` ({(node, input):
+    text}); they follow the nodes' new indices. The layout's cost is counted once for the graph drawn.
     """
-    notes, labels, kinds = [], {}, kinds or {}
+    notes, labels, steps, kinds = [], {}, (), kinds or {}
     if depth is not None:
         model, new = collapse(model, depth, kinds)
         marks = _remap(marks, new)
         notes.append(f"depth {depth}: each module {depth} level{'s' if depth > 1 else ''} down drawn as one box")
-    if folding is True or (folding == "auto" and not fits(model, show_saved)):
+    cost = layout_cost(model, show_saved)
+    if folding is True or (folding == "auto" and not fits(cost)):
         size = len(model.nodes)
-        model, new, said = fold_blocks(model, kinds)
-        marks = _remap(marks, new)
-        folded, counts, new = fold(model)
-        if counts or said:
-            model, marks = folded, _remap(marks, new)
-            labels = {key: f"x {n}" for key, n in counts.items()}
-            notes.append(f"folded from {size} nodes, repeated structure drawn once: " + "; ".join(said + (
-                ["'x N' on an edge counts identical branches, on a loop the links of a chain"] if counts else [])))
+        folded, marks, labels, steps, said = _fold(model, marks, kinds)
+        if said:
+            model, cost = folded, layout_cost(folded, show_saved)
+            notes.append(f"folded from {size} nodes, repeated structure drawn once: " + "; ".join(said))
     labels.update(marks.pop("edge_labels"))
-    marks = {**marks, "edge_labels": labels}
-    if layout_cost(model, show_saved)[0] > SCREEN_BOXES and not any_size:
-        return Drawable(None, summary=summary(model, show_saved))
-    big = len(model.nodes) > SUMMARY_ABOVE  # a graph too big to read as text in full gets the summary
-    return Drawable(model, marks, note="; ".join(notes), summary=summary(model, show_saved, "{why}") if big else "")
+    marks = {**marks, "edge_labels": labels, "steps": steps}
+    return Drawable(model, marks, note="; ".join(notes), boxes=cost[0],
+                    beyond_screen=cost[0] > SCREEN_BOXES and not any_size, show_saved=show_saved)

@@ -24,9 +24,10 @@ import graphviz
 import torch
 
 from .arguments import check_int, check_seconds, is_bool
+from .env import find_engine
 from .fold import within_limits
 from .graphmodel import Graph, check_tensor, checkpoint_notes, node_name, output_names, roots_of, title, visit, walk
-from .layout import DOT_TIMEOUT_S, MAX_TIMEOUT_S, GraphTooSlow, GraphvizMissing, run_dot
+from .layout import DOT_TIMEOUT_S, MAX_TIMEOUT_S, GraphTooSlow, GraphvizMissing, install_hint, run_dot
 from .modules import calls_for
 
 COLOURS = {
@@ -94,18 +95,9 @@ def svg_of(source: str, layout: str = "dot", engine=None, timeout: float = DOT_T
     return _SVG_COMMENT.sub("", run_dot(measurable_fonts(source), timeout, layout, engine))
 
 
-def _bundle(source: str, text: str, layout: str = "dot", timeout: float = DOT_TIMEOUT_S, summary: str = "") -> dict:
-    """What a notebook stores of a graph: its picture, its text and its DOT; only text, saying why, when it
-    cannot be laid out (``summary``, when given, stands for a graph too big to read as text in full)."""
-    try:
-        svg = svg_of(source, layout, timeout=timeout)
-    except GraphTooSlow as err:
-        if summary:
-            return {"text/plain": summary.replace("{why}", str(err).split(". ")[0])}
-        return {"text/plain": f"{err}\n\nThe same graph as text:\n{text}"}
-    except GraphvizMissing as err:  # no picture: say why, and show the graph as text
-        return {"text/plain": f"{err}\n\nThe same graph as text:\n{text}"}
-    return {"image/svg+xml": svg, "text/plain": text, DOT_MIME: source}
+def _text_only(err: Exception, text: str) -> dict:
+    """What a notebook shows of a graph that has no picture: why, then the graph as text."""
+    return {"text/plain": f"{err}\n\nThe same graph as text:\n{text}"}
 
 
 class AutogradGraph(graphviz.Digraph):
@@ -113,37 +105,69 @@ class AutogradGraph(graphviz.Digraph):
 
     ``text`` holds the graph's structure (its labels and edges), the same whichever engine lays it out.
     ``summary_only`` marks a graph beyond any screen: it shows as text only. ``timeout``: the seconds its
-    layout may take; ``summary``: what it shows instead when the layout runs out of time (a big graph).
+    layout may take; ``summary``: for a graph too big to read as text in full, a function (why the layout
+    failed -> text) that writes what it shows instead when the layout runs out of time, so the summary is
+    built only when it is shown.
+
+    The SVG is kept once laid out, with the DOT source, time limit and engine it was made from: showing the
+    graph again does not run the engine again, and a graph changed through graphviz's API (``.node()``,
+    ``.edge()``, ``.attr()``) has another source, so it is laid out afresh. A layout that ran out of time is
+    kept too: showing the same graph again would only wait as long again.
     """
 
     text: str = ""
     summary_only: bool = False
     timeout: float = DOT_TIMEOUT_S
-    summary: str = ""
+    summary = None
 
     def svg(self) -> str:
-        """The SVG, laid out by the course's engine (:mod:`autograd_lab.layout`), time-bounded."""
+        """The SVG, laid out by the course's engine (:mod:`autograd_lab.layout`), time-bounded, kept for the
+        next call while the graph, its time limit and the engine stay the same."""
         if self.summary_only:
             raise GraphTooSlow(self.text)
-        return svg_of(self.source, timeout=self.timeout)
+        engine, problem = find_engine()
+        if engine is None:
+            raise GraphvizMissing(install_hint(problem=problem))
+        key = (self.source, self.timeout, engine)
+        kept = self.__dict__.get("_laid_out")
+        if kept is None or kept[0] != key:
+            try:
+                kept = (key, svg_of(key[0], timeout=self.timeout, engine=engine), None)
+            except GraphTooSlow as err:
+                kept = (key, None, str(err))
+            self._laid_out = kept
+        if kept[2] is not None:
+            raise GraphTooSlow(kept[2])
+        return kept[1]
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         if self.summary_only:
             return {"text/plain": self.text}
-        return _bundle(self.source, self.text, timeout=self.timeout, summary=self.summary)
+        try:
+            svg = self.svg()
+        except GraphTooSlow as err:
+            if self.summary is not None:
+                return {"text/plain": self.summary(str(err).split(". ")[0])}
+            return _text_only(err, self.text)
+        except GraphvizMissing as err:  # no picture: say why, and show the graph as text
+            return _text_only(err, self.text)
+        return {"image/svg+xml": svg, "text/plain": self.text, DOT_MIME: self.source}
 
     def __repr__(self) -> str:
         return self.text or super().__repr__()
 
 
 def graphviz_bundle(graph) -> dict:
-    """How a notebook shows any ``graphviz`` graph (``torchviz.make_dot``'s): laid out by the course's engine,
+    """How a notebook shows a ``graphviz`` graph (``torchviz.make_dot``'s): laid out by the course's engine,
     like the course's own drawings. The ``graphviz`` package itself runs a program called ``dot``, which
     graphviz-pure does not install; ``autograd_lab`` registers this function as the notebook's display of
-    graphviz's ``Graph``, ``Digraph`` and ``Source``."""
-    if isinstance(graph, AutogradGraph):
-        return graph._repr_mimebundle_()
-    return _bundle(graph.source, graph.source, getattr(graph, "engine", "dot"))
+    graphviz's ``Graph``, ``Digraph`` and ``Source`` (its own :class:`AutogradGraph` shows itself)."""
+    source = graph.source
+    try:
+        svg = svg_of(source, getattr(graph, "engine", "dot"))
+    except (GraphTooSlow, GraphvizMissing) as err:
+        return _text_only(err, source)
+    return {"image/svg+xml": svg, "text/plain": source, DOT_MIME: source}
 
 
 _DOT_STATEMENT = re.compile(r"^(\s*)(\d+)(?: -> (\d+))?")  # "\tID [..." or "\tID -> ID [..." at the start of a line
@@ -249,10 +273,16 @@ def _add_nodes(graph, text, model: Graph, opts: dict) -> None:
 
 
 def _add_edges(graph, text, model: Graph, labels: Mapping) -> None:
-    loops = [(a, a) for a, b in labels if a == b]  # a folded chain: one node standing for many in a row
-    for child, parent in model.edges() + loops:
+    """The graph's edges, then the arrows folding adds, which are not edges of the (acyclic) graph: a folded
+    chain's loop (one node standing for many in a row) and a rolled step's state carried into the next step.
+    Those arrows do not rank the boxes (``constraint=false``): the step is laid out as its own edges place it."""
+    edges = model.edges()
+    known = set(edges)
+    back = [(b, a) for a, b in labels if (b, a) not in known]
+    for k, (child, parent) in enumerate(edges + back):
         note = labels.get((parent, child), "")
-        graph.edge(f"n{child}", f"n{parent}", label=f" {note} " if note else "")
+        attrs = {"constraint": "false"} if k >= len(edges) and child != parent else {}
+        graph.edge(f"n{child}", f"n{parent}", label=f" {note} " if note else "", **attrs)
         text.append(f"n{child} -> n{parent}" + (f"  {note}" if note else ""))
 
 
@@ -273,6 +303,17 @@ def _add_outputs(graph, text, model: Graph, names: Mapping, show_values: bool) -
         graph.node(oid, label, fillcolor=COLOURS["output"])
         graph.edge(f"n{root}", oid, style="dashed", arrowhead="none")
         text.append(f"{oid} {_one_line(label)} <- n{root}")
+
+
+def _add_steps(graph, text, steps) -> None:
+    """Each step drawn once for many (a rolled loop) in a dashed box that says how many times it ran."""
+    for k, (count, members) in enumerate(steps):
+        ids = [f"n{i}" for i in members]
+        with graph.subgraph(name=f"cluster_step{k}") as box:  # Graphviz draws a "cluster_" subgraph as a box
+            box.attr(label=f"x {count} steps", style="dashed", labeljust="l", fontsize="12")
+            for nid in ids:
+                box.node(nid)
+        text.append(f"x {count} steps: {' '.join(ids)}")
 
 
 def _new_graph(direction: str, size: str | None) -> AutogradGraph:
@@ -302,10 +343,13 @@ def draw_model(
     size: str | None = None,
     note: str = "",
     saved_names: Mapping | None = None,
+    steps=(),
 ) -> AutogradGraph:
     """Render a walked :class:`~autograd_lab.graphmodel.Graph`; marks and labels are keyed by node index.
 
-    ``names`` maps id(output tensor) -> name; ``edge_labels`` maps (node, input) index pairs -> text;
+    ``names`` maps id(output tensor) -> name; ``edge_labels`` maps (node, input) index pairs -> text (a pair
+    that is not an edge of the graph is drawn as an arrow of its own: a loop, a step's state carried on);
+    ``steps`` holds (count, node indices) for each step drawn once for ``count`` steps (a dashed box);
     ``note`` is a sentence drawn under the graph and put first in its text (why it was folded);
     ``saved_names`` maps id(tensor) -> parameter name, for saved tensors that are parameters.
     """
@@ -315,6 +359,7 @@ def draw_model(
                 saved_names=saved_names or {})
     _add_nodes(graph, text, model, opts)
     _add_edges(graph, text, model, edge_labels or {})
+    _add_steps(graph, text, steps)
     _add_outputs(graph, text, model, names or {}, show_values)
     if note:
         graph.attr(label=note.replace("; ", ";\n"), labelloc="b", fontsize="12")  # two short lines
@@ -483,15 +528,17 @@ def draw_graph(
     drawable = within_limits(model, marks, show_saved, folding=fold, depth=depth,
                              kinds=calls.kinds if calls else None, any_size=timeout is not None)
     notes = checkpoint_notes(model, show_saved)
-    if drawable.model is None:  # beyond any screen, even folded: the summary, as text only
+    if drawable.beyond_screen:  # beyond any screen, even folded: the summary, as text only
         graph = _new_graph(direction, size)
-        graph.text, graph.summary_only = "\n".join([drawable.summary] + [f"  ({n})" for n in notes]), True
+        graph.text, graph.summary_only = "\n".join([drawable.outline().text()] + [f"  ({n})" for n in notes]), True
         return graph
     note = "; ".join([drawable.note] * bool(drawable.note) + notes)
     graph = draw_model(drawable.model, names=out_names, show_saved=show_saved, show_values=show_values,
                        show_grads=show_grads, **drawable.marks, note=note, direction=direction, size=size,
                        saved_names=leaf_names(drawable.model) if show_saved else None)
-    graph.timeout, graph.summary = limit, drawable.summary
+    graph.timeout = limit
+    if drawable.summarised:  # too big to read as text in full: the summary, built if the layout runs out of time
+        graph.summary = drawable.outline().text
     return graph
 
 

@@ -88,7 +88,8 @@ def layout_cost(model: Graph, show_saved: bool = False) -> tuple[int, int]:
     return boxes, bends
 
 
-def fits(model: Graph, show_saved: bool = False) -> bool:
-    """Whether ``model`` is laid out well within the time limit and read at a glance: drawn without folding."""
-    boxes, bends = layout_cost(model, show_saved)
+def fits(cost: tuple[int, int]) -> bool:
+    """Whether a graph of ``cost`` (its :func:`layout_cost`) is laid out well within the time limit and read at
+    a glance: drawn without folding."""
+    boxes, bends = cost
     return boxes <= MAX_NODES and bends <= MAX_BENDS

@@ -114,3 +114,22 @@ def test_fold_keeps_distinct_branches_and_shared_nodes():
         "SumBackward0", "StackBackward0", "MulBackward0", "ExpBackward0", "AccumulateGrad", "SinBackward0"
     ]
     assert counts == {(1, 2): 5}
+
+
+def test_the_layout_cost_is_counted_once_and_the_summary_written_only_when_shown(monkeypatch):
+    from autograd_lab import fold as folding
+
+    counted, written = [], []
+    cost, text = folding.layout_cost, folding.Outline.text
+    monkeypatch.setattr(folding, "layout_cost", lambda *a: counted.append(1) or cost(*a))
+    monkeypatch.setattr(folding.Outline, "text", lambda self, why="": written.append(why) or text(self, why))
+    z = torch.tensor(0.5, requires_grad=True)
+    for _ in range(100):
+        z = z.sin().cos()  # 201 nodes: drawn as it is, too many to read as text in full
+    g = draw_graph(z, timeout=0.001)
+    assert counted == [1] and written == []
+    assert g._repr_mimebundle_()["text/plain"].startswith("autograd graph of 201 nodes, not drawn: ")
+    assert len(written) == 1 and counted == [1]
+    x, y = data(200)
+    draw_graph(summed_loss(seed_model(), x, y))  # folded: the walked graph's cost, then the folded one's
+    assert counted == [1, 1, 1] and len(written) == 1

@@ -212,6 +212,73 @@ def test_torchviz_graphs_are_pictures_without_a_system_graphviz_once_the_course_
         assert f"{kind} ['image/svg+xml', 'text/plain', 'text/vnd.graphviz'] <?xm" in done.stdout, done.stdout
 
 
+def test_in_a_notebook_the_course_graph_shows_itself_and_torchviz_graphs_get_the_course_engine():
+    # IPython looks a printer up along the class's MRO before it asks for _repr_mimebundle_: the course's graph
+    # (a Digraph) is found under its own name first, and shown by its own method, never by graphviz's printer.
+    code = textwrap.dedent(
+        """
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance()
+        import torch, torchviz
+        import autograd_lab
+        from autograd_lab import draw_graph, graph
+        w = torch.tensor([1.0, 2.0], requires_grad=True)
+        ours, theirs = draw_graph((w * 3).sum()), torchviz.make_dot((w * 3).sum())
+        formatter = shell.display_formatter.mimebundle_formatter
+        print(formatter.lookup(ours).__name__, formatter.lookup(theirs).__name__)
+        graph.graphviz_bundle = None  # never called for the course's graph
+        data, _ = shell.display_formatter.format(ours)
+        print(data == ours._repr_mimebundle_(), sorted(data))
+        """
+    )
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    assert "_show_itself _show_graphviz" in done.stdout
+    assert "True ['image/svg+xml', 'text/plain', 'text/vnd.graphviz']" in done.stdout
+
+
+@pytest.fixture
+def layouts(monkeypatch):
+    """Counts the layouts the course's graphs ask the engine for."""
+    from autograd_lab import graph
+
+    calls = []
+
+    def counted(source, *args, **kwargs):
+        calls.append(source)
+        return svg_of(source, *args, **kwargs)
+
+    svg_of = graph.svg_of
+    monkeypatch.setattr(graph, "svg_of", counted)
+    return calls
+
+
+def test_a_graph_shown_again_is_not_laid_out_again_until_it_changes(layouts):
+    _, loss = seed_example()
+    g = draw_graph(loss)
+    first = g._repr_mimebundle_()
+    assert g._repr_mimebundle_() == first and g.svg() == first["image/svg+xml"] and len(layouts) == 1
+    for change in (lambda: g.node("extra", "a box added"), lambda: g.edge("extra", "n0"),
+                   lambda: g.attr(label="a title")):
+        change()  # graphviz's own API: another source, laid out afresh
+        assert g._repr_mimebundle_()["image/svg+xml"] != first["image/svg+xml"]
+        first = g._repr_mimebundle_()
+    assert len(layouts) == 4 and "a box added" in first["image/svg+xml"] and "a title" in first["image/svg+xml"]
+    g.timeout = 30.0  # another time limit: laid out again under it
+    g.svg()
+    assert len(layouts) == 5
+
+
+def test_a_layout_that_ran_out_of_time_is_not_tried_again_for_the_same_graph(layouts):
+    z = torch.tensor(0.5, requires_grad=True)
+    for _ in range(100):
+        z = z.sin().cos()
+    g = draw_graph(z, timeout=0.001)
+    first = g._repr_mimebundle_()
+    assert set(first) == {"text/plain"} and "did not lay this graph out within 0.001 s" in first["text/plain"]
+    assert g._repr_mimebundle_() == first and len(layouts) == 1
+
+
 def test_torchviz_monospace_labels_are_measured_as_courier():
     # graphviz-pure has no metrics for a generic family: measured as Times, torchviz's labels would overflow
     import torchviz
