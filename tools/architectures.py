@@ -269,8 +269,8 @@ def _make_dot_seconds(loss, model, runs: int) -> float | None:
 
     import torchviz
 
+    from autograd_lab.engine import GraphTooSlow
     from autograd_lab.graph import svg_of
-    from autograd_lab.layout import GraphTooSlow
 
     times = []
     for _ in range(runs):

@@ -431,7 +431,7 @@ def _draw_engines() -> dict:
     the course installs it, and the system's Graphviz dot on PATH (whatever AUTOGRAD_LAB_DOT says)."""
     import shutil
 
-    from autograd_lab.env import PURE, Engine, graphviz_check, pure_engine
+    from autograd_lab.engine import PURE, Engine, graphviz_check, pure_engine
 
     program = shutil.which("dot")
     found = {}
@@ -520,7 +520,7 @@ def print_tables(results: dict):
 
 def _graphviz_version() -> str:
     try:
-        from autograd_lab.env import graphviz_check
+        from autograd_lab.engine import graphviz_check
     except ImportError:  # a bare machine without the course's package: the scale part still runs
         return "unknown"
     return graphviz_check()[0] or "not found"

@@ -36,7 +36,7 @@ def locked_pure() -> str | None:
 def svg_not_compared() -> str | None:
     """Why the stored SVG cannot be compared in this process (another engine draws than graphviz-pure at the
     lock's version), or None when it can. nbval's settings (conftest.py) and the engines' test ask this."""
-    from autograd_lab.env import PURE, find_engine
+    from autograd_lab.engine import PURE, find_engine
 
     engine, problem = find_engine()
     if engine is None:
@@ -175,6 +175,38 @@ def _looped_loss(n=60):
 
 
 # name -> (build: () -> (loss, params), drawn whole: True for the graphs beyond the course's folding limits)
+_DOT_STATEMENT = re.compile(r"^(\s*)(\d+)(?: -> (\d+))?")  # "\tID [..." or "\tID -> ID [..." at the start of a line
+
+
+def stable_ids(dot):
+    """The same drawing as ``dot`` (e.g. ``torchviz.make_dot(...)``), its boxes named n0, n1, ... in order of
+    appearance instead of by ``id()``: the same bytes on every run, so that the bench lays out the same source.
+
+    Shown as SVG (``dot`` under the course's time limit); as text, the number of boxes and arrows.
+    """
+    import graphviz
+
+    from autograd_lab.graph import AutogradGraph
+
+    if not isinstance(dot, graphviz.Digraph):
+        raise TypeError(f"stable_ids expects a graphviz.Digraph such as torchviz.make_dot(...) returns, "
+                        f"got {type(dot).__name__}.")
+    names: dict[str, str] = {}
+
+    def rename(match):
+        ids = [g for g in match.groups()[1:] if g is not None]
+        for node in ids:
+            names.setdefault(node, f"n{len(names)}")
+        return match.group(1) + " -> ".join(names[node] for node in ids)
+
+    body = [_DOT_STATEMENT.sub(rename, line, count=1) for line in dot.body]
+    graph = AutogradGraph(body=body, graph_attr=dict(dot.graph_attr), node_attr=dict(dot.node_attr),
+                          edge_attr=dict(dot.edge_attr))
+    arrows = sum(1 for line in body if " -> " in line.split("[", 1)[0])
+    graph.text = f"a graph of {len(names)} boxes and {arrows} arrows (boxes named n0 to n{len(names) - 1})"
+    return graph
+
+
 ARCHITECTURES = {
     "seed example": (_seed_example, False),
     "MLP 3-4-1": (_mlp, False),
@@ -195,7 +227,7 @@ def architecture_drawings(names=None) -> dict[str, str]:
     import torch
     import torchviz
 
-    from autograd_lab.graph import draw_graph, draw_model, stable_ids
+    from autograd_lab.graph import draw_graph, draw_model
     from autograd_lab.graphmodel import walk
 
     found = {}

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 
-from autograd_lab.env import Engine, engine_repair, graphviz_check, graphviz_install_hint
+from autograd_lab.engine import Engine, engine_repair, graphviz_check, graphviz_install_hint
 
 
 def _apt_install() -> bool:

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the same names and homes as _HOMES (a test keeps them in step)
     from .accumulation import check_accumulation
     from .distributed import AllReduceLog, DistributedRunError, torchrun
-    from .env import choose_device, environment_report
     from .errors import shows_error
     from .graph import chain, draw_graph, graph_nodes
     from .measure import PeakMemory, SavedTensors, count_nodes, held_bytes, time_call
     from .modules import record_modules
+    from .readiness import choose_device, environment_report
     from .stepper import describe_step, draw_step
     from .timeline import draw_timeline, timeline_text
     from .widgets import live
@@ -40,13 +40,13 @@ _HOMES = {
     "SavedTensors": "measure",
     "chain": "graph",
     "check_accumulation": "accumulation",
-    "choose_device": "env",
+    "choose_device": "readiness",
     "count_nodes": "measure",
     "describe_step": "stepper",
     "draw_graph": "graph",
     "draw_step": "stepper",
     "draw_timeline": "timeline",
-    "environment_report": "env",
+    "environment_report": "readiness",
     "graph_nodes": "graph",
     "held_bytes": "measure",
     "shows_error": "errors",

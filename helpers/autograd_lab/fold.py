@@ -1,6 +1,6 @@
 """Folding: a graph too big to read (or to lay out in time), made smaller by drawing its repeated structure once.
 
-Before any layout (:mod:`autograd_lab.layout` says what is comfortable):
+Before any layout (:mod:`autograd_lab.engine` says what is comfortable):
 
 1. a graph small enough, with no node used by too many others, is drawn as it is;
 2. otherwise repeated structure is folded: numbered blocks that follow one another and compute the same
@@ -28,8 +28,8 @@ import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .engine import SCREEN_BOXES, fits, layout_cost
 from .graphmodel import Graph, Node, title
-from .layout import SCREEN_BOXES, fits, layout_cost
 from .roll import roll
 
 __all__ = ["Drawable", "Outline", "collapse", "contract", "fold", "fold_blocks", "summary", "within_limits", "wrap"]
@@ -357,7 +357,7 @@ def within_limits(model: Graph, marks: dict, show_saved: bool = False, *, foldin
     """What to draw of ``model``: collapsed to ``depth`` (module boxes), folded, or as it is.
 
     ``folding`` "auto" folds repeated blocks, identical branches and steps repeated over time when the graph is
-    too big to read comfortably (:func:`~autograd_lab.layout.fits`), True always, False never. A graph with more
+    too big to read comfortably (:func:`~autograd_lab.engine.fits`), True always, False never. A graph with more
     boxes than any screen shows is marked ``beyond_screen`` (shown as its summary only), unless ``any_size``.
     ``marks`` holds ``highlight`` and ``done`` (sets of node indices) and ``edge_labels`` ({(node, input):
     text}); they follow the nodes' new indices. The layout's cost is counted once for the graph drawn.

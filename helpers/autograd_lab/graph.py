@@ -12,7 +12,7 @@ process; laid out by graphviz-pure, the engine pip installs with the course, the
 graph gives the same picture on every platform, and nbval compares graphs like any other
 output. A graph too big to lay out quickly is folded or summarised first
 (:mod:`autograd_lab.fold`), and the engine itself runs under a time limit
-(:mod:`autograd_lab.layout`).
+(:mod:`autograd_lab.engine`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ import graphviz
 import torch
 
 from .arguments import check_int, check_seconds, is_bool
-from .env import find_engine
+from .engine import DOT_TIMEOUT_S, MAX_TIMEOUT_S, GraphTooSlow, GraphvizMissing, find_engine, install_hint, run_dot
 from .fold import within_limits
 from .graphmodel import Graph, check_tensor, checkpoint_notes, node_name, output_names, roots_of, title, visit, walk
-from .layout import DOT_TIMEOUT_S, MAX_TIMEOUT_S, GraphTooSlow, GraphvizMissing, install_hint, run_dot
 from .modules import calls_for
 
 COLOURS = {
@@ -90,7 +89,7 @@ def measurable_fonts(source: str) -> str:
 
 def svg_of(source: str, layout: str = "dot", engine=None, timeout: float = DOT_TIMEOUT_S) -> str:
     """SVG of DOT ``source``, laid out within ``timeout`` by the course's engine (or ``engine``, an
-    :class:`~autograd_lab.env.Engine`), its fonts measurable, without the comments in which Graphviz writes
+    :class:`~autograd_lab.engine.Engine`), its fonts measurable, without the comments in which Graphviz writes
     its version and each node's name."""
     return _SVG_COMMENT.sub("", run_dot(measurable_fonts(source), timeout, layout, engine))
 
@@ -121,7 +120,7 @@ class AutogradGraph(graphviz.Digraph):
     summary = None
 
     def svg(self) -> str:
-        """The SVG, laid out by the course's engine (:mod:`autograd_lab.layout`), time-bounded, kept for the
+        """The SVG, laid out by the course's engine (:mod:`autograd_lab.engine`), time-bounded, kept for the
         next call while the graph, its time limit and the engine stay the same."""
         if self.summary_only:
             raise GraphTooSlow(self.text)
@@ -168,34 +167,6 @@ def graphviz_bundle(graph) -> dict:
     except (GraphTooSlow, GraphvizMissing) as err:
         return _text_only(err, source)
     return {"image/svg+xml": svg, "text/plain": source, DOT_MIME: source}
-
-
-_DOT_STATEMENT = re.compile(r"^(\s*)(\d+)(?: -> (\d+))?")  # "\tID [..." or "\tID -> ID [..." at the start of a line
-
-
-def stable_ids(dot: graphviz.Digraph) -> AutogradGraph:
-    """The same drawing as ``dot`` (e.g. ``torchviz.make_dot(...)``), its boxes named n0, n1, ... in order of
-    appearance instead of by ``id()``: a notebook that stores it stores the same bytes on every run.
-
-    Shown as SVG (``dot`` under the course's time limit); as text, the number of boxes and arrows.
-    """
-    if not isinstance(dot, graphviz.Digraph):
-        raise TypeError(f"stable_ids expects a graphviz.Digraph such as torchviz.make_dot(...) returns, "
-                        f"got {type(dot).__name__}.")
-    names: dict[str, str] = {}
-
-    def rename(match):
-        ids = [g for g in match.groups()[1:] if g is not None]
-        for node in ids:
-            names.setdefault(node, f"n{len(names)}")
-        return match.group(1) + " -> ".join(names[node] for node in ids)
-
-    body = [_DOT_STATEMENT.sub(rename, line, count=1) for line in dot.body]
-    graph = AutogradGraph(body=body, graph_attr=dict(dot.graph_attr), node_attr=dict(dot.node_attr),
-                          edge_attr=dict(dot.edge_attr))
-    arrows = sum(1 for line in body if " -> " in line.split("[", 1)[0])
-    graph.text = f"a graph of {len(names)} boxes and {arrows} arrows (boxes named n0 to n{len(names) - 1})"
-    return graph
 
 
 def _label(*lines: str) -> str:

@@ -1,7 +1,7 @@
 """What a learner may pass the instruments: every bad input ends quickly, leaves no process,
 and is refused at the boundary with a message naming the argument -- or gives a correct result.
 
-One table per module (measure, env, widgets, distributed, timeline); the graph drawing and the
+One table per module (measure, readiness and engine, widgets, distributed, timeline); the graph drawing and the
 exercise checks have tables of their own beside their tests.
 """
 
@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import autograd_lab as lab
-from autograd_lab import env
+from autograd_lab import engine as lab_engine
+from autograd_lab import readiness
 from autograd_lab.distributed import port_is_free, torchrun
 from autograd_lab.measure import held_bytes
 from autograd_lab.widgets import control_for, live
@@ -110,7 +111,7 @@ def test_held_bytes_repeats(repeats):
     refused(lambda: held_bytes(lambda: None, repeats=repeats), ValueError, "repeats")
 
 
-# ------------------------------------------------------------------------------------------ env
+# ------------------------------------------------------------------------------- readiness and engine
 
 
 def fake_dot(folder, body: str, monkeypatch):
@@ -130,11 +131,11 @@ def test_a_dot_that_cannot_load_its_libraries_reads_not_ready_with_the_repair(tm
     fake_dot(tmp_path, (
         'echo "dot: error while loading shared libraries: libgvc.so.6: cannot open shared object file" >&2\n'
         "exit 127\n"), monkeypatch)
-    report = env.environment_report()
+    report = readiness.environment_report()
     assert report["ready"] is False and report["graphs drawn by"] == "BROKEN"
     assert "libgvc.so.6" in report["repair"] and "exited with 127" in report["repair"]
-    assert env.graphviz_install_hint() in report["repair"]
-    assert env.graphviz_check()[0] is None
+    assert lab_engine.graphviz_install_hint() in report["repair"]
+    assert lab_engine.graphviz_check()[0] is None
 
 
 @needs_sh
@@ -142,16 +143,16 @@ def test_a_dot_that_runs_but_cannot_draw_is_broken_too(tmp_path, monkeypatch):
     fake_dot(tmp_path, (
         'if [ "$1" = "-V" ]; then echo "dot - graphviz version 9.0.0 (0)" >&2; exit 0; fi\n'
         'echo "Format: \\"svg\\" not recognized. Use one of:" >&2; exit 1\n'), monkeypatch)
-    found, problem = env.graphviz_check()
+    found, problem = lab_engine.graphviz_check()
     assert found is None and "9.0.0" in problem and "cannot draw" in problem and "not recognized" in problem
 
 
 @needs_sh
 def test_a_dot_that_hangs_is_given_up_on(tmp_path, monkeypatch):
     fake_dot(tmp_path, "sleep 60\n", monkeypatch)  # sleep, a child, holds the output open
-    monkeypatch.setattr(env, "DOT_CHECK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(lab_engine, "DOT_CHECK_TIMEOUT_S", 0.5)
     start = time.monotonic()
-    found, problem = env.graphviz_check()
+    found, problem = lab_engine.graphviz_check()
     assert found is None and "no answer within 0.5 s" in problem
     assert time.monotonic() - start < 3
 
@@ -159,18 +160,18 @@ def test_a_dot_that_hangs_is_given_up_on(tmp_path, monkeypatch):
 def test_no_engine_at_all_reads_missing_with_the_repair(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("AUTOGRAD_LAB_DOT", raising=False)
-    monkeypatch.setattr(env, "_installed_pure", lambda: None)  # as where pip installed no graphviz-pure
-    report = env.environment_report()
+    monkeypatch.setattr(lab_engine, "_installed_pure", lambda: None)  # as where pip installed no graphviz-pure
+    report = readiness.environment_report()
     assert report["ready"] is False and report["graphs drawn by"] == "MISSING"
     assert "graphviz-pure, the course's layout engine, is not installed" in report["repair"]
     assert "no Graphviz `dot` program is on PATH either" in report["repair"]
-    assert "pip install graphviz-pure" in report["repair"] and env.graphviz_install_hint() in report["repair"]
+    assert "pip install graphviz-pure" in report["repair"] and lab_engine.graphviz_install_hint() in report["repair"]
 
 
 def test_a_setting_that_names_no_program_reads_missing_and_says_how_to_undo_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("AUTOGRAD_LAB_DOT", "dot")
-    report = env.environment_report()
+    report = readiness.environment_report()
     assert report["ready"] is False and report["graphs drawn by"] == "MISSING"
     assert "AUTOGRAD_LAB_DOT=dot selects a program that was not found" in report["repair"]
     assert "Unset AUTOGRAD_LAB_DOT to draw with graphviz-pure" in report["repair"]
@@ -178,12 +179,12 @@ def test_a_setting_that_names_no_program_reads_missing_and_says_how_to_undo_it(t
 
 def test_the_install_hint_lists_every_system_with_this_one_first(monkeypatch):
     monkeypatch.delenv("CONDA_PREFIX", raising=False)
-    monkeypatch.setattr(env.sys, "platform", "darwin")
-    lines = env.graphviz_install_hint().splitlines()
-    assert lines[0].split()[0] == "macOS" and len(lines) == len(env.GRAPHVIZ_INSTALL)
+    monkeypatch.setattr(lab_engine.sys, "platform", "darwin")
+    lines = lab_engine.graphviz_install_hint().splitlines()
+    assert lines[0].split()[0] == "macOS" and len(lines) == len(lab_engine.GRAPHVIZ_INSTALL)
     assert any("sudo dnf install graphviz" in line for line in lines)
     monkeypatch.setenv("CONDA_PREFIX", "somewhere")
-    assert env.graphviz_install_hint().splitlines()[0].split()[0] == "conda"
+    assert lab_engine.graphviz_install_hint().splitlines()[0].split()[0] == "conda"
 
 
 # ------------------------------------------------------------------------------------------ widgets

@@ -17,7 +17,8 @@ import pytest
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 
-from autograd_lab import env
+from autograd_lab import engine as lab_engine
+from autograd_lab import readiness
 from tools import drawings
 
 try:
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def pure():
     """graphviz-pure, as the course finds it when no setting selects another engine."""
-    engine = env.pure_engine()
+    engine = lab_engine.pure_engine()
     assert engine is not None, "the course's install brings graphviz-pure: run make setup-test"
     return engine
 
@@ -43,7 +44,7 @@ def system_dot():
         if os.environ.get("CI"):
             pytest.fail("CI cross-checks the engines and needs a system Graphviz `dot` (.ci/run installs it)")
         pytest.skip("no system Graphviz `dot` here to cross-check graphviz-pure against (python -m tools graphviz)")
-    return env.Engine(program, "dot", pure=False)
+    return lab_engine.Engine(program, "dot", pure=False)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,7 @@ def test_system_dot_draws_the_architectures_alike(architectures, system_dot):
 @pytest.mark.slow
 def test_another_process_builds_and_lays_out_the_architectures_byte_for_byte_alike(architectures):
     _, here = architectures
-    child = {k: v for k, v in os.environ.items() if k != env.ENGINE_SETTING}
+    child = {k: v for k, v in os.environ.items() if k != lab_engine.ENGINE_SETTING}
     done = subprocess.run([sys.executable, "-m", "tools.drawings"], cwd=ROOT, capture_output=True, text=True,
                           env=child, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -135,21 +136,21 @@ PLATFORMS = [  # (sys.platform, platform.machine() there, platform_system)
 @pytest.mark.parametrize("system, machine, name", PLATFORMS, ids=[f"{p[0]}-{p[1]}" for p in PLATFORMS])
 def test_pip_installs_graphviz_pure_exactly_where_the_course_expects_a_wheel(system, machine, name):
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    req = next(Requirement(r) for r in data["dependencies"] if Requirement(r).name == env.PURE)
+    req = next(Requirement(r) for r in data["dependencies"] if Requirement(r).name == lab_engine.PURE)
     where = {"sys_platform": system, "platform_machine": machine, "platform_system": name}
     assert isinstance(req.marker, Marker)
-    assert req.marker.evaluate(where) == env.pure_has_wheel(system, machine)
+    assert req.marker.evaluate(where) == lab_engine.pure_has_wheel(system, machine)
 
 
 def test_without_graphviz_pure_a_system_dot_draws_and_the_report_says_why(monkeypatch, system_dot):
-    monkeypatch.delenv(env.ENGINE_SETTING, raising=False)
-    monkeypatch.setattr(env, "_installed_pure", lambda: None)
-    monkeypatch.setattr(env, "PURE_WHEELS", set())  # as on a platform pip has no wheel for
+    monkeypatch.delenv(lab_engine.ENGINE_SETTING, raising=False)
+    monkeypatch.setattr(lab_engine, "_installed_pure", lambda: None)
+    monkeypatch.setattr(lab_engine, "PURE_WHEELS", set())  # as on a platform pip has no wheel for
     monkeypatch.setenv("PATH", str(Path(system_dot.program).parent))
-    engine, problem = env.find_engine()
+    engine, problem = lab_engine.find_engine()
     assert problem is None and engine.name == "dot" and not engine.pure
     assert "has no wheel for" in engine.note and "the system's Graphviz draws instead" in engine.note
-    report = env.environment_report()
+    report = readiness.environment_report()
     assert report["ready"] is True and report["graphs drawn by"].startswith("dot ")
     assert "has no wheel for" in report["graphs drawn by"]
     assert drawings.svg_not_compared().startswith("the graphs are laid out by dot")

@@ -9,9 +9,9 @@ import torch
 from losses import data, looped_loss, seed_model, summed_loss
 
 from autograd_lab import draw_graph
+from autograd_lab.engine import GraphTooSlow
 from autograd_lab.fold import fold
 from autograd_lab.graphmodel import walk
-from autograd_lab.layout import GraphTooSlow
 
 
 @pytest.mark.parametrize("n", [100, 150, 200, 1000])

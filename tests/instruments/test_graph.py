@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from autograd_lab import chain, draw_graph, graph_nodes
-from autograd_lab.layout import GraphvizMissing, install_hint
+from autograd_lab.engine import GraphvizMissing, install_hint
 
 SEED_GRAPH = """
 import torch
@@ -170,7 +170,7 @@ def test_missing_engine_shows_install_hint_and_text_chain_without_traceback(tmp_
     env = dict(os.environ, PATH=str(tmp_path), AUTOGRAD_LAB_DOT="dot")
     code = SEED_GRAPH.format(extra="") + DISPLAY + textwrap.dedent(
         """
-        from autograd_lab.layout import GraphvizMissing
+        from autograd_lab.engine import GraphvizMissing
         try:
             g.svg()
         except GraphvizMissing as err:
@@ -283,7 +283,7 @@ def test_torchviz_monospace_labels_are_measured_as_courier():
     # graphviz-pure has no metrics for a generic family: measured as Times, torchviz's labels would overflow
     import torchviz
 
-    from autograd_lab.graph import stable_ids
+    from tools.drawings import stable_ids
 
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     graph = stable_ids(torchviz.make_dot((x * 2).sum(), params={"x": x}, show_attrs=True))

@@ -11,8 +11,8 @@ import torchviz
 from test_torchviz_crosscheck import crosscheck
 
 from autograd_lab import draw_graph
+from autograd_lab.engine import DOT_TIMEOUT_S
 from autograd_lab.graphmodel import walk
-from autograd_lab.layout import DOT_TIMEOUT_S
 from autograd_lab.modules import record_modules
 from tools import architectures as arch
 

@@ -12,8 +12,8 @@ import torch
 from losses import data, looped_loss, seed_model, summed_loss
 
 from autograd_lab import draw_graph
+from autograd_lab.engine import MAX_BENDS, MAX_NODES, GraphTooSlow, GraphvizMissing, layout_cost, run_dot
 from autograd_lab.graphmodel import walk
-from autograd_lab.layout import MAX_BENDS, MAX_NODES, GraphTooSlow, GraphvizMissing, layout_cost, run_dot
 
 
 def test_layout_cost_sees_long_edges_to_a_shared_leaf():
@@ -104,7 +104,7 @@ def test_a_broken_dot_gives_the_repair_hint_not_a_traceback(tmp_path, monkeypatc
 KERNEL = """
 import random, sys
 import psutil
-from autograd_lab.layout import run_dot
+from autograd_lab.engine import run_dot
 random.seed(0)
 edges = " ".join(f"a{random.randrange(300)} -> a{random.randrange(300)};" for _ in range(600))
 print(psutil.Process().pid, flush=True)
