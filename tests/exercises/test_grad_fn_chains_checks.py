@@ -6,18 +6,22 @@ odd answers, which must get feedback instead of an exception. The references are
 PyTorch, never typed in.
 """
 
+import contextlib
+import io
 import re
 
 import numpy as np
 import pytest
 import torch
 from learner_code import odd_answers
+from notebook_cells import run_cells
 
 from autograd_lab import graphmodel
 from autograd_lab.exercises import grad_fn_chains as ch
 from autograd_lab.exercises.feedback import Feedback
 from autograd_lab.graphmodel import node_name
 
+NB = "02_grad_fn_chains"
 CHAIN = ["MulBackward0", "SumBackward0", "SigmoidBackward0", "MulBackward0", "AccumulateGrad"]
 RAISES = {"A": False, "B": True, "C": True, "D": False}
 SECOND = {
@@ -32,13 +36,27 @@ def base(names):
     return [re.sub(r"\d+$", "", n) for n in names]
 
 
+def _quietly(run, *args, **kwargs):
+    with contextlib.redirect_stdout(io.StringIO()):
+        return run(*args, **kwargs)
+
+
 def walk(tensor):
-    """The node names from ``tensor.grad_fn`` to the leaf, following the first input that needs a gradient."""
-    names, node = [], tensor.grad_fn
-    while node is not None:
-        names.append(node_name(node))
-        node = next((c for c, _ in node.next_functions if c is not None), None)
-    return names
+    """The notebook's own walk (its cell "walk", which runs it on the seed's loss first), its printing silenced: the
+    node names from ``tensor.grad_fn`` to the leaf, following the first input that needs a gradient."""
+    notebook = _quietly(run_cells, NB, "seed", "walk", torch=torch)
+    return _quietly(notebook["walk"], tensor)
+
+
+def test_the_chain_reference_is_the_notebooks_expression_walked_by_its_own_walk():
+    """Exercise 1's expression as its prompt shows it, walked by the notebook's own cell: the chain the check's
+    reference reads, and chain_expression's value and leaf."""
+    notebook = run_cells(NB, "ex1-md", torch=torch)
+    assert ch._reference_chain() == walk(notebook["out"]) == walk(ch.chain_expression()[0])
+    assert base(walk(notebook["out"])) == ["MulBackward", "SumBackward", "SigmoidBackward", "MulBackward",
+                                           "AccumulateGrad"]
+    out, w = ch.chain_expression()
+    assert torch.equal(out, notebook["out"]) and torch.equal(w, notebook["w"]) and w.requires_grad
 
 
 def div_reference(a, b, g):
@@ -167,14 +185,6 @@ def test_the_count_hints_say_what_is_true_of_this_expression_and_no_more():
     # ... and in this expression each of the four operations (* 3, .sum(), sigmoid, w * x) does record one node
     out, _ = ch.chain_expression()
     assert len(walk(out)) == 4 + 1 and len(graphmodel.visit([out.grad_fn])[0]) == 5
-
-
-def test_reference_chain_is_what_autograd_records():
-    w = torch.tensor(0.5, requires_grad=True)
-    x = torch.tensor([1.0, -2.0, 3.0])
-    out = torch.sigmoid(w * x).sum() * 3
-    assert ch._reference_chain() == walk(out)
-    assert base(walk(out)) == ["MulBackward", "SumBackward", "SigmoidBackward", "MulBackward", "AccumulateGrad"]
 
 
 def test_reference_chain_reads_the_one_graph_walk(monkeypatch):
