@@ -156,6 +156,12 @@ def test_chain_malformed(answer):
     assert ch.check_chain(answer).status == "malformed"
 
 
+@pytest.mark.parametrize("row", ch._CHAIN_DIAGNOSES, ids=lambda row: row.name)
+def test_every_chain_row_names_its_own_misreading(row):
+    fb = ch.check_chain(row.variant([name.rstrip("0123456789").lower() for name in CHAIN]))
+    assert fb.status == "wrong" and fb.message == row.says(), fb
+
+
 def test_a_wrong_digit_is_named_and_its_node_described_by_running_it():
     t = torch.ones(3, requires_grad=True)
     whole, by_dim = node_name(t.sum().grad_fn), node_name(t.sum(0).grad_fn)
@@ -252,6 +258,13 @@ def right_div(a, b, g):
 def test_div_backward_wrong(fn, phrase):
     fb = ch.check_div_backward(fn)
     assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize("row", ch._DIV_DIAGNOSES, ids=lambda row: row.name)
+def test_every_division_row_names_its_own_slip(row):
+    """Each row's div_backward gets its own hint: no row hides behind an earlier one."""
+    fb = ch.check_div_backward(row.variant)
+    assert fb.status == "wrong" and fb.message == row.says(), fb
 
 
 @pytest.mark.parametrize(
@@ -356,6 +369,12 @@ def test_second_backward_right_written_differently(answer):
 def test_second_backward_malformed(answer, phrase):
     fb = ch.check_second_backward(answer)
     assert fb.status == "malformed" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize("row", ch._SECOND_DIAGNOSES, ids=lambda row: row.name)
+def test_every_second_backward_belief_is_named(row):
+    fb = ch.check_second_backward(row.variant(list(RAISES)))
+    assert fb.status == "wrong" and row.says() in fb.message, fb
 
 
 def raises_twice(make):

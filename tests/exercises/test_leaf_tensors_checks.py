@@ -203,6 +203,12 @@ def test_leaves_malformed(answer, phrase):
     assert fb.status == "malformed" and phrase in fb.message, fb
 
 
+@pytest.mark.parametrize("row", lt._LEAF_DIAGNOSES, ids=lambda row: row.name)
+def test_every_leaf_belief_is_named(row):
+    fb = lt.check_leaves(row.variant(lt._run_snippet(lt.LEAVES_SNIPPET)))
+    assert fb.status == "wrong" and row.says() in fb.message, fb
+
+
 def test_check_leaves_right_answer_in_any_collection():
     for answer in ({"w", "x", "s", "z"}, ["z", "s", "x", "w"], ("w", "x", "s", "z"), frozenset("wxsz")):
         fb = lt.check_leaves(answer)
@@ -279,6 +285,12 @@ def flipped(key, verdict):
 def test_recording_wrong(answer, phrase):
     fb = lt.check_recording(answer)
     assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize("row", lt._RECORDING_DIAGNOSES, ids=lambda row: row.name)
+def test_every_recording_belief_is_named(row):
+    fb = lt.check_recording(row.variant(list(TRUTH)))
+    assert fb.status == "wrong" and row.says() in fb.message, fb
 
 
 def test_item_c_raises_because_backward_reaches_floor_divide_not_because_of_the_addition():

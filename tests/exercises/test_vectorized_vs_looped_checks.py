@@ -21,6 +21,7 @@ from notebook_cells import cell_source, run_cells
 import autograd_lab as lab
 from autograd_lab.exercises import trust
 from autograd_lab.exercises import vectorized_vs_looped as vl
+from autograd_lab.exercises.diagnoses import diagnose
 from autograd_lab.exercises.feedback import Feedback
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "03_vectorized_vs_looped.ipynb"
@@ -114,6 +115,19 @@ def test_ex1_the_count_is_five_a_sample_and_four_in_all():
 def test_looped_nodes_wrong(make, phrase):
     fb = vl.check_looped_nodes(make(*per_sample_and_once()), n=50)
     assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize("n", [50, 12])
+def test_every_miscount_row_names_its_own_count(n):
+    """No row of the table hides behind an earlier one: each row's count is diagnosed as that row, and the check
+    says its hint."""
+    per_sample, once = per_sample_and_once()
+    for row in vl._NODE_DIAGNOSES:
+        count = row.variant(n, per_sample, once)
+        found = diagnose(vl._NODE_DIAGNOSES, lambda variant, count=count: variant(n, per_sample, once) == count)
+        assert found is row, row.name
+        fb = vl.check_looped_nodes(count, n=n)
+        assert fb.status == "wrong" and row.says(n=n) in fb.message, (row.name, fb)
 
 
 def test_ex1_hints_do_not_give_the_count_away():
@@ -320,6 +334,12 @@ def test_ex2_reference_equals_the_loop_and_the_solution():
     w, x = torch.randn(3, generator=gen), torch.randn(6, 3, generator=gen)
     y, weights = torch.randn(6, generator=gen), torch.rand(6, generator=gen)
     torch.testing.assert_close(vl._reference_weighted_loss_loop(w, x, y, weights), solution(w, x, y, weights))
+
+
+@pytest.mark.parametrize("row", vl._LOSS_DIAGNOSES, ids=lambda row: row.name)
+def test_every_wrong_loss_row_names_its_own_loss(row):
+    fb = vl.check_vectorized_loss(row.variant)
+    assert fb.status == "wrong" and row.says() in fb.message, fb
 
 
 def test_ex2_right_answer_passes():
