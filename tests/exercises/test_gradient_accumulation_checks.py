@@ -6,6 +6,7 @@ outputs concatenated into one loss) although their gradient is right; (b) right 
 from the worked solution, which must pass; (c) answers and learner code that must not make a check raise.
 """
 
+import inspect
 import itertools
 from fractions import Fraction
 from pathlib import Path
@@ -85,8 +86,10 @@ def test_the_step_counts_reference_is_the_notebooks_copied_recipe_over_two_epoch
 
 
 def test_the_notebooks_own_copied_loop_gets_the_hint_that_names_it():
-    """Exercise 1's starting cell, the copied loop as the learner receives it, is diagnosed as the copied recipe."""
-    train_epoch = run_cells(NB, "ex1", torch=torch, ex=ex04, answer=None)["train_epoch"]
+    """Exercise 1's starting cell, the copied loop as the learner receives it, has the signature the check calls and
+    is diagnosed as the copied recipe."""
+    train_epoch = run_cells(NB, "ex1", torch=torch, ex=ex04)["train_epoch"]
+    assert f"{train_epoch.__name__}{inspect.signature(train_epoch)}" == ex04._SIGNATURE
     assert _is_wrong_with(ex04.check_training_loop(train_epoch), "the copied recipe's (i - 1) % k == 0")
 
 

@@ -306,10 +306,9 @@ def _departure(steps: _Steps, ref: _Steps):
     for epoch in range(_EPOCHS):
         if steps.positions[epoch] != ref.positions[epoch]:
             return epoch, None
-        j = next((j for j, (g, g_ref) in enumerate(zip(steps.grads[epoch], ref.grads[epoch])) if not _near(g, g_ref)),
-                 None)
-        if j is not None:
-            return epoch, j
+        for j, (g, g_ref) in enumerate(zip(steps.grads[epoch], ref.grads[epoch])):
+            if not _near(g, g_ref):
+                return epoch, j
     return None
 
 
@@ -348,11 +347,10 @@ def _stepped_elsewhere(p, shown, want, **_):
 
 
 def _loop_with(step_when=None, scale=lambda size, samples, members, k: size / samples, reset="after step"):
-    """The accumulation loop with one mistake: a train_epoch whose steps come where ``step_when(i, n, k)`` says (by
-    default after each group of k and after the last micro-batch), whose micro-batch losses are multiplied by
-    ``scale(samples of the micro-batch, samples of its group, micro-batches in its group, k)`` (by default each
-    one's share of its group's samples), and that resets .grad ``reset``: "after step", "after a full group's
-    step", "before every backward" or "never"."""
+    """The accumulation loop with one mistake: a train_epoch that steps where ``step_when(i, n, k)`` says (else after
+    each group of k and the last micro-batch), multiplies each loss by ``scale(its samples, its group's samples, its
+    group's micro-batches, k)`` and resets .grad "after step", "after a full group's step", "before every backward"
+    or "never"."""
 
     def train_epoch(model, loss_fn, optimizer, micro_batches, k):
         batches = list(micro_batches)  # the course's own loop: it may hold the epoch whole

@@ -2,9 +2,9 @@
 
 Each exercise shows a snippet; the snippet's text lives here (the notebook
 prints it in its prompt) so that the check and the prompt cannot drift apart.
-Every reference answer is computed by running the snippet, never typed in. A belief
-behind a whole wrong answer is named from a table of diagnoses (:mod:`.diagnoses`):
-each row holds the answer a learner who holds it gives.
+Every reference answer is computed by running the snippet, never typed in. The belief
+behind a whole wrong answer of exercise 1 is named from a table of diagnoses
+(:mod:`.diagnoses`): each row holds the answer a learner who holds it gives.
 
 No check raises on a learner's answer (each is wrapped in ``never_raises``): an
 exception of any class, from the learner's function or from an odd answer object,
@@ -204,14 +204,6 @@ _RECORDING_NUDGE = {
 }
 
 
-# A belief that puts every result in one place, as the answer it gives.
-_RECORDING_DIAGNOSES = tuple(
-    Diagnosis(f"every result {outcome}", lambda keys, outcome=outcome: dict.fromkeys(keys, outcome),
-              f"You gave every one the same outcome, {outcome!r}; the five land in all three. ")
-    for outcome in OUTCOMES
-)
-
-
 def _outcome(result: torch.Tensor) -> str:
     """A result's place in the decision table, as the notebook's outcomes cell finds it: no grad_fn, not recorded;
     else backward through it raises, or works."""
@@ -281,7 +273,9 @@ def check_recording(answer) -> Feedback:
     off = [k for k in keys if verdicts[k] != truth[k]]
     if not off:
         return correct("every one placed right. " + " ".join(f"{k}: {_RECORDING_WHY[k]}" for k in keys))
-    belief = hint_for(_RECORDING_DIAGNOSES, lambda variant: variant(keys) == verdicts) or ""
+    belief = ""
+    if len(set(verdicts.values())) == 1:  # a fact of the answer, not a belief a variant reproduces
+        belief = f"You gave every one the same outcome, {verdicts[keys[0]]!r}; the five land in all three. "
     lines = [f"- {k} = {RECORDING[k]}: {_RECORDING_NUDGE[(k, verdicts[k])]}" for k in off]
     return wrong(f"{len(off)} of {len(keys)} not yet. {belief}Walk each one down the decision table of section 2, "
                  "question by question:\n" + "\n".join(lines))
