@@ -6,18 +6,22 @@ odd answers, which must get feedback instead of an exception. The references are
 PyTorch, never typed in.
 """
 
+import contextlib
+import io
 import re
 
 import numpy as np
 import pytest
 import torch
 from learner_code import odd_answers
+from notebook_cells import run_cells
 
 from autograd_lab import graphmodel
 from autograd_lab.exercises import grad_fn_chains as ch
 from autograd_lab.exercises.feedback import Feedback
 from autograd_lab.graphmodel import node_name
 
+NB = "02_grad_fn_chains"
 CHAIN = ["MulBackward0", "SumBackward0", "SigmoidBackward0", "MulBackward0", "AccumulateGrad"]
 RAISES = {"A": False, "B": True, "C": True, "D": False}
 SECOND = {
@@ -32,13 +36,27 @@ def base(names):
     return [re.sub(r"\d+$", "", n) for n in names]
 
 
+def _quietly(run, *args, **kwargs):
+    with contextlib.redirect_stdout(io.StringIO()):
+        return run(*args, **kwargs)
+
+
 def walk(tensor):
-    """The node names from ``tensor.grad_fn`` to the leaf, following the first input that needs a gradient."""
-    names, node = [], tensor.grad_fn
-    while node is not None:
-        names.append(node_name(node))
-        node = next((c for c, _ in node.next_functions if c is not None), None)
-    return names
+    """The notebook's own walk (its cell "walk", which runs it on the seed's loss first), its printing silenced: the
+    node names from ``tensor.grad_fn`` to the leaf, following the first input that needs a gradient."""
+    notebook = _quietly(run_cells, NB, "seed", "walk", torch=torch)
+    return _quietly(notebook["walk"], tensor)
+
+
+def test_the_chain_reference_is_the_notebooks_expression_walked_by_its_own_walk():
+    """Exercise 1's expression as its prompt shows it, walked by the notebook's own cell: the chain the check's
+    reference reads, and chain_expression's value and leaf."""
+    notebook = run_cells(NB, "ex1-md", torch=torch)
+    assert ch._reference_chain() == walk(notebook["out"]) == walk(ch.chain_expression()[0])
+    assert base(walk(notebook["out"])) == ["MulBackward", "SumBackward", "SigmoidBackward", "MulBackward",
+                                           "AccumulateGrad"]
+    out, w = ch.chain_expression()
+    assert torch.equal(out, notebook["out"]) and torch.equal(w, notebook["w"]) and w.requires_grad
 
 
 def div_reference(a, b, g):
@@ -138,6 +156,12 @@ def test_chain_malformed(answer):
     assert ch.check_chain(answer).status == "malformed"
 
 
+@pytest.mark.parametrize("row", ch._CHAIN_DIAGNOSES, ids=lambda row: row.name)
+def test_every_chain_row_names_its_own_misreading(row):
+    fb = ch.check_chain(row.variant([name.rstrip("0123456789").lower() for name in CHAIN]))
+    assert fb.status == "wrong" and fb.message == row.says(), fb
+
+
 def test_a_wrong_digit_is_named_and_its_node_described_by_running_it():
     t = torch.ones(3, requires_grad=True)
     whole, by_dim = node_name(t.sum().grad_fn), node_name(t.sum(0).grad_fn)
@@ -167,14 +191,6 @@ def test_the_count_hints_say_what_is_true_of_this_expression_and_no_more():
     # ... and in this expression each of the four operations (* 3, .sum(), sigmoid, w * x) does record one node
     out, _ = ch.chain_expression()
     assert len(walk(out)) == 4 + 1 and len(graphmodel.visit([out.grad_fn])[0]) == 5
-
-
-def test_reference_chain_is_what_autograd_records():
-    w = torch.tensor(0.5, requires_grad=True)
-    x = torch.tensor([1.0, -2.0, 3.0])
-    out = torch.sigmoid(w * x).sum() * 3
-    assert ch._reference_chain() == walk(out)
-    assert base(walk(out)) == ["MulBackward", "SumBackward", "SigmoidBackward", "MulBackward", "AccumulateGrad"]
 
 
 def test_reference_chain_reads_the_one_graph_walk(monkeypatch):
@@ -242,6 +258,13 @@ def right_div(a, b, g):
 def test_div_backward_wrong(fn, phrase):
     fb = ch.check_div_backward(fn)
     assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize("row", ch._DIV_DIAGNOSES, ids=lambda row: row.name)
+def test_every_division_row_names_its_own_slip(row):
+    """Each row's div_backward gets its own hint: no row hides behind an earlier one."""
+    fb = ch.check_div_backward(row.variant)
+    assert fb.status == "wrong" and fb.message == row.says(), fb
 
 
 @pytest.mark.parametrize(
@@ -346,6 +369,12 @@ def test_second_backward_right_written_differently(answer):
 def test_second_backward_malformed(answer, phrase):
     fb = ch.check_second_backward(answer)
     assert fb.status == "malformed" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize("row", ch._SECOND_DIAGNOSES, ids=lambda row: row.name)
+def test_every_second_backward_belief_is_named(row):
+    fb = ch.check_second_backward(row.variant(list(RAISES)))
+    assert fb.status == "wrong" and row.says() in fb.message, fb
 
 
 def raises_twice(make):

@@ -6,6 +6,7 @@ outputs concatenated into one loss) although their gradient is right; (b) right 
 from the worked solution, which must pass; (c) answers and learner code that must not make a check raise.
 """
 
+import inspect
 import itertools
 from fractions import Fraction
 from pathlib import Path
@@ -15,17 +16,81 @@ import pytest
 import torch
 import torch.nn.functional as F
 from learner_code import BrokenMessage
+from notebook_cells import run_cells
 from torch import nn
 
 from autograd_lab.exercises import gradient_accumulation as ex04
+from autograd_lab.exercises import trust
+from autograd_lab.exercises.diagnoses import diagnose
 
 SEED = lambda i, n, k: (i - 1) % k == 0  # noqa: E731  -- the seed's step condition
 PLUS_ONE = lambda i, n, k: (i + 1) % k == 0  # noqa: E731
 CORRECT = lambda i, n, k: (i + 1) % k == 0 or i + 1 == n  # noqa: E731
 
 
+NB = "04_gradient_accumulation"
+
+
 def _is_wrong_with(fb, words):
     return fb.status == "wrong" and words in fb.message
+
+
+def _notebook_recipes():
+    """The notebook's data, copied recipe and full-batch training, from its own cells."""
+    return run_cells(NB, "recipe-data", "recipe-seed", "recipe-ref", torch=torch, nn=nn)
+
+
+def _recording(optimizer, model):
+    """``optimizer`` with each step noting the gradient it used, in the list returned beside it."""
+    grads, real_step = [], optimizer.step
+
+    def step():
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone())
+        real_step()
+
+    optimizer.step = step
+    return optimizer, grads
+
+
+def test_the_full_batch_reference_is_the_notebooks_full_batch_training_on_fresh_problems():
+    """The check's reference beside the notebook's own full_batch_training, for two epochs from the same start on
+    data drawn afresh, micro-batches of unequal sizes and a short last group: the same gradient at every step, and
+    the same parameters at the end."""
+    full_batch_training = _notebook_recipes()["full_batch_training"]
+    seed = trust.fresh_seed()
+    for k, sizes in ((4, (4, 2, 5, 3, 6, 1, 4, 4, 2, 5, 3)), (3, (2,) * 7)):
+        batches, model = ex04._data(sizes, seed)
+        ref, ref_model = ex04._reference(model, batches, k)
+        opt, grads = _recording(torch.optim.SGD(model.parameters(), lr=ex04._LR), model)
+        for _ in range(ex04._EPOCHS):
+            full_batch_training(model, opt, batches, k)
+        torch.testing.assert_close(grads, ref.grads[0] + ref.grads[1], msg=f"k = {k}, seed {seed}")
+        torch.testing.assert_close(list(model.parameters()), list(ref_model.parameters()), msg=f"seed {seed}")
+
+
+def test_the_step_counts_reference_is_the_notebooks_copied_recipe_over_two_epochs():
+    """What .grad holds at each step of two epochs with nothing reset between them, counted from the groups the
+    notebook's own copied_recipe records, beside the check's count, at the exercise's n and k and at others."""
+    recipes = _notebook_recipes()
+    for n, k in ((ex04.STEP_COUNT_TASK["n"], ex04.STEP_COUNT_TASK["k"]), (25, 10), (9, 2), (3, 5), (10, 1), (1, 5)):
+        model, optimizer = recipes["fresh_model"](seed=trust.fresh_seed() % 2**32)
+        micro_batches = recipes["make_micro_batches"](n, seed=trust.fresh_seed() % 2**32)
+        held, counts = 0, []
+        for epoch in range(2):
+            groups, pending = recipes["copied_recipe"](model, optimizer, micro_batches, k)
+            if epoch == 0:
+                assert [group[-1] for group in groups] == ex04._copied_steps(n, k), (n, k)
+            counts += [held + len(groups[0])] + [len(g) for g in groups[1:]] if groups else []
+            held = len(pending) + (0 if groups else held)
+        assert counts == ex04._held_at_each_step(n, k), (n, k)
+
+
+def test_the_notebooks_own_copied_loop_gets_the_hint_that_names_it():
+    """Exercise 1's starting cell, the copied loop as the learner receives it, has the signature the check calls and
+    is diagnosed as the copied recipe."""
+    train_epoch = run_cells(NB, "ex1", torch=torch, ex=ex04)["train_epoch"]
+    assert f"{train_epoch.__name__}{inspect.signature(train_epoch)}" == ex04._SIGNATURE
+    assert _is_wrong_with(ex04.check_training_loop(train_epoch), "the copied recipe's (i - 1) % k == 0")
 
 
 # =========================================================================== exercise 1: the training loop
@@ -443,6 +508,25 @@ def test_04_wrong_loops_fail_with_the_hint_for_their_mistake(name):
     assert _is_wrong_with(fb, words), fb.message
 
 
+@pytest.mark.parametrize("row", ex04._LOOP_DIAGNOSES, ids=lambda row: row.name)
+def test_04_every_loop_row_names_its_own_loop(row):
+    """Each row's loop, run as a learner's answer, is refused, and where it first departs from full-batch training
+    that row is the first to explain it: no row hides behind an earlier one."""
+    assert not ex04.check_training_loop(row.variant).passed
+    for k, sizes, _ in ex04._SCENARIOS:
+        seed = trust.fresh_seed()
+        batches, model = ex04._data(sizes, seed)
+        ref, _ = ex04._reference(model, batches, k)
+        steps, _ = ex04._run_ours(row.variant, model, batches, k)
+        at = ex04._departure(steps, ref)
+        if at is not None:
+            break
+    else:
+        raise AssertionError(f"{row.name}: the loop never departs from full-batch training")
+    problem = ex04._Problem(k, sizes, seed, ref)
+    assert diagnose(ex04._LOOP_DIAGNOSES, lambda variant: ex04._departs_alike(problem, steps, at, variant)) is row
+
+
 def test_04_autograd_grad_loop_hint_says_to_compute_once_per_micro_batch():
     fb = ex04.check_training_loop(grad_summed_assigned)
     assert _is_wrong_with(fb, "once per micro-batch") and "does not undo that" in fb.message, fb.message
@@ -608,6 +692,14 @@ def test_04_step_counts_right_in_any_number_type(answer):
 ])
 def test_04_step_counts_wrong_get_their_hint(answer, words):
     assert _is_wrong_with(ex04.check_step_counts(answer), words), ex04.check_step_counts(answer).message
+
+
+@pytest.mark.parametrize("row", ex04._COUNT_DIAGNOSES, ids=lambda row: row.name)
+def test_04_every_step_count_belief_is_named(row):
+    n, k = ex04.STEP_COUNT_TASK["n"], ex04.STEP_COUNT_TASK["k"]
+    steps = ex04._copied_steps(n, k)
+    fb = ex04.check_step_counts(row.variant(n, k))
+    assert _is_wrong_with(fb, row.says(steps=steps, left=n - 1 - steps[-1])), fb
 
 
 @pytest.mark.parametrize("answer", [

@@ -6,34 +6,33 @@ odd answers and learner code that misbehaves, which must get feedback instead of
 Every expected value is computed here by running PyTorch, never typed in.
 """
 
+import contextlib
+import io
 import itertools
 import json
 import random
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from learner_code import LearnerError, NotAnError, odd_answers, raise_
+from notebook_cells import run_cells
 
 from autograd_lab.exercises import leaf_tensors as lt
+from autograd_lab.exercises import trust
 from autograd_lab.exercises.feedback import Feedback
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "01_leaf_tensors.ipynb"
+NB = NOTEBOOK.stem
 
 
 def outcome(make):
-    """Run one of exercise 2's results here: not recorded, recorded, or recorded with a node that raises."""
-    x = torch.tensor([1.5, -0.5, 2.0], requires_grad=True)
-    result = make(x)
-    if result.grad_fn is None:
-        return "not recorded"
-    try:
-        result.sum().backward()
-    except RuntimeError:
-        return "raises"
-    return "recorded"
+    """Run one of exercise 2's results here and place it as the check's rule does (the notebook's outcomes cell,
+    which the test below runs beside it): not recorded, recorded, or recorded with a node that raises."""
+    return lt._outcome(make(torch.tensor([1.5, -0.5, 2.0], requires_grad=True)))
 
 
 RECORDING = {
@@ -61,6 +60,34 @@ def test_the_notebooks_prompts_show_the_snippets_the_checks_run():
     for key, source in lt.RECORDING.items():
         assert f"- {key}: `{source}`" in markdown
     assert f"x = {lt.RECORDING_X}" in markdown
+
+
+_TABLE_WORDS = {"recorded, then backward raises": "raises", "recorded": "recorded", "not recorded": "not recorded"}
+
+
+def _notebook_outcomes(results: dict) -> dict:
+    """The notebook's own outcomes cell run on ``results``: each result's outcome, read from the table it prints."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        run_cells(NB, "outcomes", torch=torch, results=results, advice=[SimpleNamespace(message="")])
+    rows = printed.getvalue().splitlines()[1:len(results) + 1]
+    return {row[:33].strip(): _TABLE_WORDS[row[33:].split(None, 2)[2]] for row in rows}
+
+
+def test_the_outcome_rule_is_the_notebooks_outcomes_cell_on_its_rows_and_on_fresh_inputs():
+    """The check's rule beside the notebook's own outcomes cell: on the rows of the notebook's table (its exceptions
+    and copies cells), and on exercise 2's results built from an x drawn afresh. Each is built twice, since placing
+    a result runs backward through it."""
+    x = torch.randn(3, generator=torch.Generator().manual_seed(trust.fresh_seed()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # new_tensor's advice on copying x
+        table = [run_cells(NB, "exceptions", "copies", torch=torch, warnings=warnings)["results"] for _ in range(2)]
+    exercise = [{key: eval(source, {"torch": torch}, {"x": x.clone().requires_grad_()})
+                 for key, source in lt.RECORDING.items()} for _ in range(2)]
+    placed = [({name: lt._outcome(t) for name, t in mine.items()}, _notebook_outcomes(theirs))
+              for mine, theirs in (table, exercise)]
+    assert all(mine == theirs for mine, theirs in placed), (x, placed)
+    assert placed[1][1] == lt._reference_recording() == TRUTH
 
 
 def _aten_ops(make) -> tuple:
@@ -174,6 +201,12 @@ def test_leaves_right_written_differently(answer):
 def test_leaves_malformed(answer, phrase):
     fb = lt.check_leaves(answer)
     assert fb.status == "malformed" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize("row", lt._LEAF_DIAGNOSES, ids=lambda row: row.name)
+def test_every_leaf_belief_is_named(row):
+    fb = lt.check_leaves(row.variant(lt._run_snippet(lt.LEAVES_SNIPPET)))
+    assert fb.status == "wrong" and row.says() in fb.message, fb
 
 
 def test_check_leaves_right_answer_in_any_collection():
@@ -473,8 +506,19 @@ def test_make_weight_prints_of_the_learner_show_for_the_checked_calls_only(capsy
     assert capsys.readouterr().out.count("made") == 5
 
 
-def make_weight_original():
-    return torch.rand(3, requires_grad=True) * 0.01
+def notebook_make_weight():
+    """The notebook's own make_weight, the trap of exercise 3, from its cell (run as the learner receives it)."""
+    return run_cells(NB, "ex-weight", torch=torch, ex=lt)["make_weight"]
+
+
+def test_the_range_the_check_holds_weights_to_is_the_notebooks_make_weight():
+    """The check's range, [0, 0.01), beside the notebook's own make_weight, drawn afresh: its values, detached and
+    made leaves, pass the check's value and spread tests; and the same repair of weights ten times larger fails."""
+    make_weight = notebook_make_weight()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(trust.fresh_seed())
+        assert lt.check_make_weight(lambda: make_weight().detach().requires_grad_()).passed
+        assert not lt.check_make_weight(lambda: (make_weight() * 10).detach().requires_grad_()).passed
 
 
 def test_check_make_weight_right_answers():
@@ -483,7 +527,7 @@ def test_check_make_weight_right_answers():
 
 
 def test_check_make_weight_never_passes_the_original():
-    fb = lt.check_make_weight(make_weight_original)
+    fb = lt.check_make_weight(notebook_make_weight())
     assert fb.status == "wrong"
     assert "still not a leaf" in fb.message and "MulBackward0" in fb.message
 

@@ -4,7 +4,8 @@ raise.
 For each check: wrong answers a learner could plausibly write, each of which must not pass and must get a
 hint naming its own mistake; right answers written differently from the worked solution, which must pass;
 odd answers and learner code that misbehaves, which must get feedback instead of an exception. Every
-expected value is computed here by running PyTorch, never typed in; the losses are written out again here.
+expected value is computed here by running PyTorch, never typed in: exercise 1's truth by running the notebook
+prompt's own code.
 """
 
 import json
@@ -15,59 +16,54 @@ import numpy as np
 import pytest
 import torch
 from learner_code import LearnerError, NotAnError, odd_answers
+from notebook_cells import cell_source, run_cells
 
 import autograd_lab as lab
+from autograd_lab.exercises import trust
 from autograd_lab.exercises import vectorized_vs_looped as vl
+from autograd_lab.exercises.diagnoses import diagnose
 from autograd_lab.exercises.feedback import Feedback
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "03_vectorized_vs_looped.ipynb"
+NB = NOTEBOOK.stem
 
 
 def scaled_loss_nodes(n):
-    """Exercise 1's truth, built here: the graph of the prompt's scaled_loss for n samples, written out again."""
-    w, b = torch.tensor(0.5, requires_grad=True), torch.tensor(0.0, requires_grad=True)
+    """Exercise 1's truth: the graph of the notebook prompt's own scaled_loss for n samples, built here."""
     x = torch.randn(n)
-    y = 2 * x
-    scale = w.exp()
-    total = 0
-    for k in range(n):
-        total = total + (scale * x[k] + b - y[k]) ** 2
-    return lab.count_nodes(total / n)
+    return lab.count_nodes(run_cells(NB, "ex1-md", torch=torch)["scaled_loss"](x, 2 * x))
 
 
 def test_truths_used_here_are_what_the_checks_compute():
     assert vl.check_looped_nodes(scaled_loss_nodes(50), n=50).passed
 
 
-def _notebook_cell(cell_id):
-    cells = {c.get("id"): c for c in json.loads(NOTEBOOK.read_text())["cells"]}
-    return "".join(cells[cell_id]["source"])
+def _value_and_grad(loss, leaves):
+    return loss.detach(), torch.autograd.grad(loss, leaves), lab.count_nodes(loss)
 
 
-def _exercise_1_code():
-    """The code block of exercise 1's prompt (markdown: shown, never run by the notebook)."""
-    text = _notebook_cell("ex1-md")
-    return text.split("```python\n", 1)[1].split("```", 1)[0]
-
-
-def test_notebook_loops_match_the_exercise_references():
-    namespace = {"torch": torch}
-    exec(_exercise_1_code(), namespace)  # the prompt's own code, as every learner reads it
-    exec(_notebook_cell("ex2-loop"), namespace)
+def test_the_references_are_the_notebooks_own_code_on_fresh_inputs():
+    """Each reference beside the notebook's own cell (exercise 1's loss as its prompt shows it, exercise 2's loop
+    cell), on inputs drawn afresh: the same values, gradients and graph sizes."""
+    seed = trust.fresh_seed()
+    gen = torch.Generator().manual_seed(seed)
+    notebook = run_cells(NB, "ex1-md", "ex2-loop", torch=torch)
+    w, b = notebook["w"], notebook["b"]  # the prompt's globals: scaled_loss reads them
     for n in (1, 2, 7):
-        x = torch.randn(n)
-        w, b = torch.randn(()).requires_grad_(True), torch.randn(()).requires_grad_(True)
-        assert lab.count_nodes(namespace["scaled_loss"](x, 2 * x)) == lab.count_nodes(
-            vl._reference_scaled_loss(w, b, x, 2 * x)
-        ) == scaled_loss_nodes(n)
-    namespace["w"].data.fill_(0.3)
-    namespace["b"].data.fill_(-0.2)
-    x = torch.randn(6)
-    torch.testing.assert_close(namespace["scaled_loss"](x, 2 * x),
-                               vl._reference_scaled_loss(namespace["w"], namespace["b"], x, 2 * x))
-    w, xs, y, v = torch.randn(3), torch.randn(8, 3), torch.randn(8), torch.rand(8)
-    notebook_value = namespace["weighted_loss_loop"](w, xs, y, v)
-    torch.testing.assert_close(notebook_value, vl._reference_weighted_loss_loop(w, xs, y, v))
+        with torch.no_grad():
+            w.copy_(torch.randn((), generator=gen))
+            b.copy_(torch.randn((), generator=gen))
+        x, y = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
+        mine = _value_and_grad(vl._reference_scaled_loss(w, b, x, y), (w, b))
+        theirs = _value_and_grad(notebook["scaled_loss"](x, y), (w, b))
+        torch.testing.assert_close(mine, theirs, msg=f"scaled_loss, n = {n}, seed {seed}")
+    for n, dim in ((1, 3), (8, 3), (6, 5)):
+        w = torch.randn(dim, generator=gen, dtype=torch.float64, requires_grad=True)
+        x, y = torch.randn(n, dim, generator=gen, dtype=torch.float64), torch.randn(n, generator=gen).double()
+        weights = torch.rand(n, generator=gen, dtype=torch.float64) + 0.5
+        mine = _value_and_grad(vl._reference_weighted_loss_loop(w, x, y, weights), (w,))
+        theirs = _value_and_grad(notebook["weighted_loss_loop"](w, x, y, weights), (w,))
+        torch.testing.assert_close(mine, theirs, msg=f"weighted_loss_loop, n = {n}, D = {dim}, seed {seed}")
 
 
 CHECKS = {"looped_nodes": vl.check_looped_nodes, "vectorized": vl.check_vectorized_loss}
@@ -121,6 +117,19 @@ def test_looped_nodes_wrong(make, phrase):
     assert fb.status == "wrong" and phrase in fb.message, fb
 
 
+@pytest.mark.parametrize("n", [50, 12])
+def test_every_miscount_row_names_its_own_count(n):
+    """No row of the table hides behind an earlier one: each row's count is diagnosed as that row, and the check
+    says its hint."""
+    per_sample, once = per_sample_and_once()
+    for row in vl._NODE_DIAGNOSES:
+        count = row.variant(n, per_sample, once)
+        found = diagnose(vl._NODE_DIAGNOSES, lambda variant, count=count: variant(n, per_sample, once) == count)
+        assert found is row, row.name
+        fb = vl.check_looped_nodes(count, n=n)
+        assert fb.status == "wrong" and row.says(n=n) in fb.message, (row.name, fb)
+
+
 def test_ex1_hints_do_not_give_the_count_away():
     per_sample, once = per_sample_and_once()
     for answer in (per_sample * 50 + once - 1, (per_sample - 1) * 50 + once, per_sample * 50):
@@ -166,7 +175,7 @@ def test_ex1_asks_for_a_case_the_notebook_never_builds_or_prints():
     shown = json.dumps([c.get("outputs", []) for c in before])
     assert "scaled_loss" not in code and "w.exp()" not in code
     assert f" {scaled_loss_nodes(50)} " not in shown and f"[{scaled_loss_nodes(50)}" not in shown
-    assert "You may build" not in _notebook_cell("ex1-md")
+    assert "You may build" not in cell_source(NB, "ex1-md")
 
 
 def test_ex1_solution_reads_the_count_from_the_code_without_building_a_graph():
@@ -325,6 +334,12 @@ def test_ex2_reference_equals_the_loop_and_the_solution():
     w, x = torch.randn(3, generator=gen), torch.randn(6, 3, generator=gen)
     y, weights = torch.randn(6, generator=gen), torch.rand(6, generator=gen)
     torch.testing.assert_close(vl._reference_weighted_loss_loop(w, x, y, weights), solution(w, x, y, weights))
+
+
+@pytest.mark.parametrize("row", vl._LOSS_DIAGNOSES, ids=lambda row: row.name)
+def test_every_wrong_loss_row_names_its_own_loss(row):
+    fb = vl.check_vectorized_loss(row.variant)
+    assert fb.status == "wrong" and row.says() in fb.message, fb
 
 
 def test_ex2_right_answer_passes():

@@ -2,7 +2,9 @@
 
 Each check builds the exercise's expression with PyTorch and compares the
 learner's answer with what autograd really does, so the expected answers are
-never typed in by hand.
+never typed in by hand. A wrong answer's hint comes from a table of diagnoses
+(:mod:`.diagnoses`): each row holds a variant of the reference that makes one
+mistake, and the first row that reproduces the answer names it.
 
 No check raises on a learner's answer: each is wrapped in ``never_raises``, with the
 policy that module ``leaf_tensors`` describes (every ``Exception`` becomes feedback).
@@ -18,6 +20,7 @@ import torch
 from ..graphmodel import node_name, walk
 from . import trust
 from .answers import as_names, as_number, close, is_unanswered, plain, read_function
+from .diagnoses import Diagnosis, hint_for
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = [
@@ -129,48 +132,45 @@ def _chain_items(answer) -> list | None:
     return items if items is not None and all(isinstance(a, str) for a in items) else None
 
 
-def _order_hint(given: list, want: list) -> str | None:
-    """A hint when the answer has the right nodes in a wrong order, or the names lack 'Backward'."""
-    if given == want[::-1]:
-        return (
-            "you listed the nodes in the order the forward pass ran them. The chain starts at `out.grad_fn` "
-            "(the last operation) and walks back to the leaf: reverse your list."
-        )
+# Each misreading of exercise 1's chain as what it makes of the true one (names without digits, in lower case); the
+# first row that turns the true chain into the answer names it.
+_CHAIN_DIAGNOSES = (
+    Diagnosis("the forward order", lambda chain: chain[::-1],
+              "you listed the nodes in the order the forward pass ran them. The chain starts at `out.grad_fn` "
+              "(the last operation) and walks back to the leaf: reverse your list."),
+    Diagnosis("the operations for their nodes", lambda chain: [name.replace("backward", "") for name in chain],
+              "the right operations, but a node's name is the operation plus `Backward` (e.g. `MulBackward0`)."),
+    Diagnosis("`* 3` taken for no operation", lambda chain: chain[1:],
+              "one node is missing at the start: `* 3` is an operation too, and it ran last, so it is the first node "
+              "backward meets."),
+)
+
+
+def _chain_hint(given: list, want: list, items: list) -> str:
+    """What is off in a chain that no row of ``_CHAIN_DIAGNOSES`` reproduces, read from its nodes and their count."""
+    leaf = _base("AccumulateGrad")
     if Counter(given) == Counter(want):
         moved = [i + 1 for i, (g, e) in enumerate(zip(given, want)) if g != e]
-        return (
-            f"the right nodes, in a wrong order (items {', '.join(map(str, moved))}). Backward meets the operations "
-            "in the reverse of the order they ran: the last one applied to w's value comes first."
-        )
-    short = [w.replace("backward", "") for w in want]
-    if [g.replace("backward", "") for g in given] == short and given != want:
-        return "the right operations, but a node's name is the operation plus `Backward` (e.g. `MulBackward0`)."
-    return None
-
-
-def _count_hint(given: list, want: list, items: list) -> str:
-    """A hint for a chain of the wrong length or with a wrong node."""
-    if given == want[1:]:
-        return (
-            "one node is missing at the start: `* 3` is an operation too, and it ran last, "
-            "so it is the first node backward meets."
-        )
+        return (f"the right nodes, in a wrong order (items {', '.join(map(str, moved))}). Backward meets the "
+                "operations in the reverse of the order they ran: the last one applied to w's value comes first.")
+    if given.count(leaf) > 1 or "none" in given:
+        return ("only `w` asked for a gradient. `x` was made without `requires_grad=True`, so it gets no node "
+                "(in `next_functions` it shows up as `None`, which is not part of the chain).")
+    if leaf not in given:
+        return ("the walk does not stop at the last operation: it ends at the node that stands for the leaf `w` "
+                "and puts its gradient into `w.grad`. Which node is that?")
     if len(given) < len(want):
-        return (
-            f"your chain has {len(given)} nodes; count the operations on the way from `w` to `out`. Each operation "
-            "in this expression (`torch.sigmoid` and `.sum()` included) records one node, plus one for the leaf."
-        )
+        return (f"your chain has {len(given)} nodes; count the operations on the way from `w` to `out`. Each "
+                "operation in this expression (`torch.sigmoid` and `.sum()` included) records one node, plus one for "
+                "the leaf.")
     if len(given) > len(want):
-        return (
-            f"your chain has {len(given)} nodes, more than were recorded: each operation in this expression records "
-            "one node, as most elementwise operations and reductions do (a function built from several operations, "
-            "such as `F.normalize`, records several), and operations on `x` alone (which needs no grad) add none."
-        )
+        return (f"your chain has {len(given)} nodes, more than were recorded: each operation in this expression "
+                "records one node, as most elementwise operations and reductions do (a function built from several "
+                "operations, such as `F.normalize`, records several), and operations on `x` alone (which needs no "
+                "grad) add none.")
     k = next(i for i, (g, e) in enumerate(zip(given, want)) if g != e)
-    return (
-        f"item {k + 1} ({items[k]!r}) is not the node that comes there. A node is named after the operation "
-        "that made it, plus `Backward`: `torch.sigmoid` gives a `SigmoidBackward` node, `.sum()` a `SumBackward`."
-    )
+    return (f"item {k + 1} ({items[k]!r}) is not the node that comes there. A node is named after the operation "
+            "that made it, plus `Backward`: `torch.sigmoid` gives a `SigmoidBackward` node, `.sum()` a `SumBackward`.")
 
 
 @never_raises
@@ -204,21 +204,7 @@ def check_chain(answer) -> Feedback:
         )
     if not given:
         return wrong("your list is empty: write one name per node, from out.grad_fn back to the leaf's node.")
-    hint = _order_hint(given, want)
-    if hint is not None:
-        return wrong(hint)
-    leaf = _base("AccumulateGrad")
-    if given.count(leaf) > 1 or "none" in given:
-        return wrong(
-            "only `w` asked for a gradient. `x` was made without `requires_grad=True`, so it gets no node "
-            "(in `next_functions` it shows up as `None`, which is not part of the chain)."
-        )
-    if leaf not in given:
-        return wrong(
-            "the walk does not stop at the last operation: it ends at the node that stands for the leaf `w` "
-            "and puts its gradient into `w.grad`. Which node is that?"
-        )
-    return wrong(_count_hint(given, want, items))
+    return wrong(hint_for(_CHAIN_DIAGNOSES, lambda variant: variant(want) == given) or _chain_hint(given, want, items))
 
 
 # --- Exercise 2: write one node's backward ---------------------------------------------------
@@ -244,48 +230,71 @@ def _reference_div_backward(a, b, grad_out):
         return torch.autograd.grad(a / b, (a, b), grad_out)
 
 
-def _div_slips(a, b, g) -> dict:
-    """{"a"/"b"/"both": [(value(s), hint)]} for the usual slips, each computed from the point's values."""
-    rows = tuple(range(a.dim() - b.dim()))
-    to_b = lambda t: t.sum(rows)  # noqa: E731 -- the edge's sum, down to b's shape
-    ga, gb = g / b, to_b(-g * a / b**2)
-    return {
-        "both": [
-            ((-g * a / b**2, to_b(g / b)), "you swapped them: the derivative with respect to `a` went to `b` and "
-             "the other way round."),
-            ((1 / b, -a / b**2), "both leave out grad_out. The node must multiply its local "
-             "derivatives by the gradient it receives (the chain rule), not return them alone."),
-        ],
-        "a": [
-            (1 / b, "grad_a leaves out grad_out: multiply the local derivative by the gradient the node "
-                    "receives (the chain rule)."),
-            (g * b, "grad_a is the derivative of a * b with respect to a; here b divides."),
-            (-ga, "grad_a has the wrong sign: a / b grows with a where b > 0."),
-            (-g * a / b**2, "grad_a is the derivative with respect to b, not a."),
-        ],
-        "b": [
-            (-gb, "grad_b has the wrong sign: a larger b makes a / b smaller where a > 0, so the derivative "
-                  "with respect to b is negative there."),
-            (-a / b**2, "grad_b leaves out grad_out: multiply the local derivative by the gradient the node "
-                        "receives (the chain rule), then sum."),
-            (to_b(-a / b**2), "grad_b leaves out grad_out: multiply the local derivative by the gradient the node "
-                              "receives (the chain rule), then sum."),
-            (to_b(-g / b**2), "grad_b leaves out a: the derivative of a / b with respect to b still holds a."),
-            (to_b(-g * a / b), "grad_b: check the derivative of 1 / b; it is not -1 / b."),
-            (to_b(g / b), "grad_b is the derivative with respect to a, not b."),
-            (to_b(g * a), "grad_b is the derivative of a * b with respect to b; here b divides."),
-            ((-g * a / b**2).mean(rows), "grad_b averages over the rows b was broadcast along; the edge adds them "
-                                         "(each row used b once, and each use sends its own share)."),
-        ],
-    }
+def _div_variant(grad_a=None, grad_b=None):
+    """div_backward with a mistaken formula for grad_a, grad_b or both (a function of a, b and grad_out); autograd's
+    gradient for the other."""
+
+    def variant(a, b, g):
+        right = _reference_div_backward(a, b, g)
+        return (right[0] if grad_a is None else grad_a(a, b, g), right[1] if grad_b is None else grad_b(a, b, g))
+
+    return variant
 
 
-def _div_shape_hint(name: str, got: torch.Tensor, want: torch.Size, broadcast: torch.Size) -> str:
-    if got.shape == broadcast and want != broadcast:
-        return (f"{name} has shape {tuple(got.shape)}, the shape of out: `b` (shape {tuple(want)}) was broadcast "
-                f"over the rows of `a`, so each row sent it a share. Sum them back to {tuple(want)} "
-                f"(`.sum(0)`, or `.sum_to_size(b.shape)`), as the engine does on the edge.")
-    return f"{name} should have the shape of its input, {tuple(want)}; yours has shape {tuple(got.shape)}."
+_NO_GRAD_OUT_B = ("grad_b leaves out grad_out: multiply the local derivative by the gradient the node receives (the "
+                  "chain rule), then sum.")
+# Each slip in exercise 2's derivatives as the div_backward that makes it (b is broadcast over the rows of a, dim 0,
+# so grad_b sums over dim 0). A row explains a gradient that its variant gets wrong in the answer's way; the rows
+# that get one gradient wrong come first, so that each gradient is named by its own slip.
+_DIV_DIAGNOSES = (
+    Diagnosis("grad_out left out of grad_a", _div_variant(grad_a=lambda a, b, g: 1 / b),
+              "grad_a leaves out grad_out: multiply the local derivative by the gradient the node receives (the "
+              "chain rule)."),
+    Diagnosis("grad_a of a product", _div_variant(grad_a=lambda a, b, g: g * b),
+              "grad_a is the derivative of a * b with respect to a; here b divides."),
+    Diagnosis("grad_a's sign", _div_variant(grad_a=lambda a, b, g: -g / b),
+              "grad_a has the wrong sign: a / b grows with a where b > 0."),
+    Diagnosis("grad_a with respect to b", _div_variant(grad_a=lambda a, b, g: -g * a / b**2),
+              "grad_a is the derivative with respect to b, not a."),
+    Diagnosis("grad_b's sign", _div_variant(grad_b=lambda a, b, g: (g * a / b**2).sum(0)),
+              "grad_b has the wrong sign: a larger b makes a / b smaller where a > 0, so the derivative with respect "
+              "to b is negative there."),
+    Diagnosis("grad_out left out of grad_b, unsummed", _div_variant(grad_b=lambda a, b, g: -a / b**2), _NO_GRAD_OUT_B),
+    Diagnosis("grad_out left out of grad_b", _div_variant(grad_b=lambda a, b, g: (-a / b**2).sum(0)), _NO_GRAD_OUT_B),
+    Diagnosis("a left out of grad_b", _div_variant(grad_b=lambda a, b, g: (-g / b**2).sum(0)),
+              "grad_b leaves out a: the derivative of a / b with respect to b still holds a."),
+    Diagnosis("the derivative of 1 / b taken for -1 / b", _div_variant(grad_b=lambda a, b, g: (-g * a / b).sum(0)),
+              "grad_b: check the derivative of 1 / b; it is not -1 / b."),
+    Diagnosis("grad_b with respect to a", _div_variant(grad_b=lambda a, b, g: (g / b).sum(0)),
+              "grad_b is the derivative with respect to a, not b."),
+    Diagnosis("grad_b of a product", _div_variant(grad_b=lambda a, b, g: (g * a).sum(0)),
+              "grad_b is the derivative of a * b with respect to b; here b divides."),
+    Diagnosis("grad_b averaged over the broadcast rows", _div_variant(grad_b=lambda a, b, g: (-g * a / b**2).mean(0)),
+              "grad_b averages over the rows b was broadcast along; the edge adds them (each row used b once, and "
+              "each use sends its own share)."),
+    Diagnosis("the two gradients swapped",
+              _div_variant(grad_a=lambda a, b, g: -g * a / b**2, grad_b=lambda a, b, g: (g / b).sum(0)),
+              "you swapped them: the derivative with respect to `a` went to `b` and the other way round."),
+    Diagnosis("grad_out left out of both", _div_variant(grad_a=lambda a, b, g: 1 / b, grad_b=lambda a, b, g: -a / b**2),
+              "both leave out grad_out. The node must multiply its local derivatives by the gradient it receives (the "
+              "chain rule), not return them alone."),
+)
+
+
+_DIV_NAMES = ("grad_a", "grad_b")
+
+
+def _div_unexplained(i: int, got: torch.Tensor, want: torch.Tensor, broadcast: torch.Size) -> str:
+    """The hint for a gradient that no row of ``_DIV_DIAGNOSES`` explains: its shape, or what to redo."""
+    name = _DIV_NAMES[i]
+    if got.shape == broadcast and want.shape != broadcast:
+        return (f"{name} has shape {tuple(got.shape)}, the shape of out: `b` (shape {tuple(want.shape)}) was "
+                f"broadcast over the rows of `a`, so each row sent it a share. Sum them back to {tuple(want.shape)} "
+                "(`.sum(0)`, or `.sum_to_size(b.shape)`), as the engine does on the edge.")
+    if got.shape != want.shape:
+        return f"{name} should have the shape of its input, {tuple(want.shape)}; yours has shape {tuple(got.shape)}."
+    return (f"{name} does not match autograd: differentiate a / b with respect to {name[-1]}, multiply by grad_out"
+            + (", then sum over the rows b was broadcast along." if i else "."))
 
 
 def _call_div_backward(fn, a, b, g):
@@ -314,27 +323,24 @@ def _same(t: torch.Tensor, value: torch.Tensor) -> bool:
 
 
 def _div_mistake(got, a, b, g) -> str | None:
-    """The hint for the first mistake in (grad_a, grad_b), or None when both match autograd."""
+    """The hint for what is wrong in (grad_a, grad_b), or None when both match autograd."""
     want = _reference_div_backward(a, b, g)
-    if all(_same(t, w) for t, w in zip(got, want)):
-        return None
-    for name, t in zip(("grad_a", "grad_b"), got):
-        if not torch.isfinite(t).all():
-            return f"{name} holds {t.tolist()}: not all finite numbers, although b is never 0 here."
-    slips = _div_slips(a, b, g)
-    for (sa, sb), hint in slips["both"]:
-        if _same(got[0], sa) and _same(got[1], sb):
-            return hint
-    hints = []
-    for t, w, name, key in zip(got, want, ("grad_a", "grad_b"), ("a", "b")):
-        if _same(t, w):
-            continue
-        hint = next((h for value, h in slips[key] if _same(t, value)), None)
-        if hint is None and t.shape != w.shape:
-            hint = _div_shape_hint(name, t, w.shape, a.shape)
-        hints.append(hint or f"{name} does not match autograd: differentiate a / b with respect to {key}, multiply "
-                             "by grad_out" + (", then sum over the rows b was broadcast along." if key == "b" else "."))
-    return " ".join(hints)
+    off = [i for i in (0, 1) if not _same(got[i], want[i])]
+    for i in off:
+        if not torch.isfinite(got[i]).all():
+            return f"{_DIV_NAMES[i]} holds {got[i].tolist()}: not all finite numbers, although b is never 0 here."
+
+    def explains(*sides):  # the variant gets these gradients wrong, and wrong as the answer does
+        def matches(variant):
+            out = variant(a, b, g)
+            return all(not _same(out[i], want[i]) and _same(got[i], out[i]) for i in sides)
+        return matches
+
+    both = hint_for(_DIV_DIAGNOSES, explains(*off)) if len(off) == 2 else None
+    if both is not None or not off:
+        return both
+    return " ".join(hint_for(_DIV_DIAGNOSES, explains(i)) or _div_unexplained(i, got[i], want[i], a.shape)
+                    for i in off)
 
 
 @never_raises
@@ -389,6 +395,16 @@ _NUDGE = {
     "D": "expand copies a along a new dimension without reading its values; what does its backward do with the "
     "incoming gradient?",
 }
+
+
+# Each belief about exercise 3 as the answer it gives, whatever the expressions are.
+_SECOND_DIAGNOSES = (
+    Diagnosis("backward frees every node", lambda keys: dict.fromkeys(keys, True),
+              "You said every one raises: backward frees what nodes saved, but a node that saved nothing loses "
+              "nothing. "),
+    Diagnosis("backward frees nothing a node needs", lambda keys: dict.fromkeys(keys, False),
+              "You said none raises: but some nodes must keep a tensor for backward, and backward frees it. "),
+)
 
 
 def _second_backward_raises(source: str) -> bool:
@@ -474,12 +490,7 @@ def check_second_backward(answer) -> Feedback:
             "a second backward fails exactly where a node needs a tensor it saved: "
             + " ".join(f"{k}: {_WHY[k]}" for k in keys)
         )
-    belief = ""
-    if all(verdicts.values()):
-        belief = "You said every one raises: backward frees what nodes saved, but a node that saved nothing loses " \
-                 "nothing. "
-    elif not any(verdicts.values()):
-        belief = "You said none raises: but some nodes must keep a tensor for backward, and backward frees it. "
+    belief = hint_for(_SECOND_DIAGNOSES, lambda variant: variant(keys) == verdicts) or ""
     lines = [f"{k} = {SECOND_BACKWARD[k]}: {_NUDGE[k]}" for k in off]
     return wrong(
         f"{len(off)} of {len(keys)} not yet. {belief}Ask of each node: does its derivative need a value from the "

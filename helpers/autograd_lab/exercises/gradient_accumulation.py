@@ -3,7 +3,9 @@
 - ``check_training_loop(train_epoch)``: the learner's fixed accumulation loop, run for two epochs
   against full-batch training on random data, with micro-batches of unequal sizes among them;
   differences are explained (step positions, the tail, the loss scaling, a missing or misplaced
-  ``zero_grad``, a loop that does not really accumulate). The loop may call ``model(x)`` or
+  ``zero_grad``, a loop that does not really accumulate): each usual mistake is a row of ``_LOOP_DIAGNOSES``,
+  a loop that makes it, and names the learner's loop when it departs from full-batch training where, and as,
+  the learner's does (:mod:`.diagnoses`). The loop may call ``model(x)`` or
   ``model.forward(x)``: both are watched. The first problems hand it a list; the last ones a stream (a
   generator, whose length is known only at its end): a loop that calls ``len()`` on it, indexes it, or reads it
   whole before it trains (``list(micro_batches)``, a first pass to count) gets a hint naming that.
@@ -14,7 +16,7 @@
 from __future__ import annotations
 
 import copy
-import math
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +24,7 @@ from torch import nn
 
 from . import trust
 from .answers import as_int, is_unanswered, read_function
+from .diagnoses import Diagnosis, hint_for
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 from .isolation import kept_as_found
 from .loops import pass_mistake, record_passes, thrown_away_mistake
@@ -81,31 +84,6 @@ class _Steps:
 
     positions: list = field(default_factory=list)  # one list per epoch
     grads: list = field(default_factory=list)  # one list per epoch
-    last_alone: list = field(default_factory=list)  # reference, epoch 1: each group's last micro-batch alone
-
-
-def _reference(model, batches, k):
-    """Full-batch training: one update per group of k consecutive micro-batches (the last group may be short)."""
-    model = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=_LR)
-    steps = _Steps()
-    for _ in range(_EPOCHS):
-        steps.positions.append([])
-        steps.grads.append([])
-        for start in range(0, len(batches), k):
-            group = batches[start:start + k]
-            if len(steps.positions) == 1:  # what a loop that resets .grad before every backward() would step with
-                nn.MSELoss()(model(group[-1][0]), group[-1][1]).backward()
-                steps.last_alone.append(_flat_grad(model))
-                opt.zero_grad()
-            x = torch.cat([x for x, _ in group])
-            y = torch.cat([y for _, y in group])
-            nn.MSELoss()(model(x), y).backward()
-            steps.positions[-1].append(start + len(group))
-            steps.grads[-1].append(_flat_grad(model))
-            opt.step()
-            opt.zero_grad()
-    return steps, model
 
 
 class _RecordingLoss(nn.MSELoss):
@@ -118,6 +96,44 @@ class _RecordingLoss(nn.MSELoss):
     def forward(self, input, target):
         self.sizes.append(len(input) if input.dim() else 1)
         return super().forward(input, target)
+
+
+def _full_batch(model, loss_fn, optimizer, micro_batches, k):
+    """Full-batch training, the reference: one update per group of k consecutive micro-batches, all of the group's
+    samples in one forward pass and one backward() (the last group may be short)."""
+    for start in range(0, len(micro_batches), k):
+        group = micro_batches[start:start + k]
+        loss_fn(model(torch.cat([x for x, _ in group])), torch.cat([y for _, y in group])).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def _run_ours(loop, model, batches, k):
+    """Run one of the course's own loops (the reference, or a row's variant) for the check's epochs on a copy of
+    ``model``, unwatched: its steps, each placed after the micro-batches whose samples its losses have compared, and
+    the model it trained."""
+    model = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=_LR)
+    loss_fn, steps, real_step = _RecordingLoss(), _Steps(), opt.step
+    ends = list(itertools.accumulate(len(x) for x, _ in batches))
+
+    def step():
+        steps.positions[-1].append(ends.index(sum(loss_fn.sizes[before:])) + 1)
+        steps.grads[-1].append(_flat_grad(model))
+        real_step()
+
+    opt.step = step
+    for _ in range(_EPOCHS):
+        steps.positions.append([])
+        steps.grads.append([])
+        before = len(loss_fn.sizes)
+        loop(model, loss_fn, opt, batches, k)
+    return steps, model
+
+
+def _reference(model, batches, k):
+    """Full-batch training's steps and trained model."""
+    return _run_ours(_full_batch, model, batches, k)
 
 
 @dataclass
@@ -210,6 +226,7 @@ class _Problem:
 
     k: int
     sizes: tuple  # the samples of each micro-batch
+    seed: int  # what its data and starting model are drawn from
     ref: _Steps
     stream: bool = False  # handed as a generator, not a list
 
@@ -273,37 +290,6 @@ def _explain_passes(p: _Problem, run: _LearnerRun):
                         loss_sizes=run.loss_sizes)
 
 
-def _explain_positions(p: _Problem, positions):
-    if not positions:
-        return wrong(f"{p.setting}, your loop never called optimizer.step() (the optimizer it is given): the "
-                     "accumulated gradient is never used.")
-    want_positions = p.ref.positions[0]
-    if positions == want_positions:
-        return None
-    shown, want = ", ".join(map(str, positions)), ", ".join(map(str, want_positions))
-    if positions == want_positions[:-1]:
-        r = p.n - want_positions[-2]
-        return wrong(
-            f"{p.setting}, your loop steps after micro-batches {shown} (counted from 1) and then stops: the last "
-            f"{r} micro-batch{'es' * (r != 1)} never reach an optimizer step. Their gradient stays in .grad "
-            "and leaks into the next epoch. Step also after the last micro-batch: when the loop ends with "
-            "gradients accumulated since the last step."
-        )
-    hint = ""
-    if positions[0] == 2 and p.k != 2:
-        hint = (" Your first step comes after only 2 micro-batches: that is the copied recipe's (i - 1) % k == 0, "
-                "which is true at i = 1. With i counted from 0, micro-batch i completes a group when (i + 1) % k == 0.")
-    elif positions[0] == 1 and p.k != 1:
-        hint = (" Your first step comes right after the first micro-batch: i % k == 0 is true at i = 0. "
-                "With i counted from 0, micro-batch i completes a group when (i + 1) % k == 0.")
-    elif positions[0] == p.k + 1:
-        hint = " Each step comes one micro-batch late: with i counted from 0, use (i + 1) % k == 0."
-    return wrong(
-        f"{p.setting}, your loop steps after micro-batches {shown} (counted from 1); full-batch training steps "
-        f"after {want}: after every k-th micro-batch and after the last one.{hint}"
-    )
-
-
 def _near(g, g_ref) -> bool:
     """Equal up to float32 rounding, measured on the whole vector (summing in another order moves each entry by
     a rounding error of the largest, so an entry near 0 cannot be held to its own size)."""
@@ -314,102 +300,173 @@ def _relative_error(g, g_ref):
     return f"{float((g - g_ref).norm() / g_ref.norm()):.3g}"
 
 
-def _explain_scale(p: _Problem, j, c, members):
-    """Update j's gradient is c times the full-batch one: which scaling mistake is it?"""
-    tail = j == len(p.ref.grads[0]) - 1 and members < p.k
-    if math.isclose(c, p.k, rel_tol=1e-3) or (tail and math.isclose(c, members, rel_tol=1e-3)):
-        return wrong(
-            f"{p.setting}, update {j + 1} used a gradient {c:.3g} times the full-batch one: each micro-batch "
-            "loss must be divided by the number of micro-batches in its group before backward(), so the "
-            "gradients add up to the mean over the group."
-        )
-    if tail and math.isclose(c, members / p.k, rel_tol=1e-3):
-        first, last_mb = p.ref.positions[0][j] - members + 1, p.ref.positions[0][j]
-        return wrong(
-            f"{p.setting}, the last update (micro-batches {first} to {last_mb}, a group of {members}) used "
-            f"{c:.3g} times the full-batch gradient: you divided its losses by k = {p.k}, but the group holds "
-            f"only {members} micro-batch{'es' * (members != 1)}. Divide by the group's real size, or sum-reduce "
-            "each loss and divide .grad, right before the step, by the samples counted since the last one: that "
-            "stays right when micro-batches differ in size, and needs no len()."
-        )
-    if p.k > 1 and math.isclose(c, 1 / p.k, rel_tol=1e-3):
-        return wrong(
-            f"{p.setting}, update {j + 1} used a gradient 1/{p.k} of the full-batch one: the loss is divided by k "
-            "twice (or by k and then by the number of samples again)."
-        )
+def _departure(steps: _Steps, ref: _Steps):
+    """Where a run first departs from full-batch training: (epoch, None) where its steps come elsewhere in that
+    epoch, (epoch, j) where update j of that epoch used another gradient, or None where it does not depart."""
+    for epoch in range(_EPOCHS):
+        if steps.positions[epoch] != ref.positions[epoch]:
+            return epoch, None
+        for j, (g, g_ref) in enumerate(zip(steps.grads[epoch], ref.grads[epoch])):
+            if not _near(g, g_ref):
+                return epoch, j
     return None
 
 
-def _explain_grads(p: _Problem, grads):
-    """Right step positions: compare the gradient each step of epoch 1 used with its group's full-batch gradient."""
-    ref_positions, ref_grads = p.ref.positions[0], p.ref.grads[0]
-    for j, (g, g_ref) in enumerate(zip(grads, ref_grads)):
-        if _near(g, g_ref):
-            continue
-        first, last_mb = (ref_positions[j - 1] if j else 0) + 1, ref_positions[j]
-        if j > 0 and _near(g - grads[j - 1], g_ref):
-            return wrong(
-                f"{p.setting}, update {j + 1} used its own gradient plus the previous update's: .grad is not reset "
-                "between optimizer steps. Call optimizer.zero_grad() right after each step (or before the first "
-                "backward() of each group)."
-            )
-        if float(g.norm()) == 0:
-            return wrong(f"{p.setting}, update {j + 1} used a zero gradient: no backward() reached the model "
-                         "between the last reset of .grad and optimizer.step().")
-        alone = p.ref.last_alone[j]
-        if last_mb > first and _ratio(g, alone) > 0 and _near(g, _ratio(g, alone) * alone):
-            return wrong(
-                f"{p.setting}, update {j + 1} used only the gradient of its last micro-batch ({last_mb}): .grad is "
-                "reset between the backward() calls of a group. A zero_grad() at the top of every micro-batch "
-                "wipes what you accumulated; reset once per group, right after optimizer.step()."
-            )
-        fb = _explain_scale(p, j, _ratio(g, g_ref), last_mb - first + 1)
-        if fb is not None:
-            return fb
-        sizes = p.group_sizes(j)
-        if len(set(sizes)) > 1:
-            return wrong(
-                f"{p.setting}, the micro-batches of update {j + 1} hold {', '.join(map(str, sizes))} samples, and "
-                f"its gradient is off (relative error {_relative_error(g, g_ref)}): each micro-batch mean must "
-                "count by its share of the group's samples, whatever the sizes of the others (dividing by the "
-                "number of micro-batches, or assuming they hold as many samples as the first, weighs them "
-                "wrongly). Multiply each micro-batch loss by len(x) / (samples in its group), or sum-reduce it "
-                "and divide .grad once, before the step, by the samples you counted."
-            )
-        return wrong(
-            f"{p.setting}, update {j + 1} used a gradient that differs from the full-batch gradient of micro-batches "
-            f"{first} to {last_mb} (relative error {_relative_error(g, g_ref)}). Compute loss_fn(model(x), y) "
-            "for each micro-batch, scale it, call backward(), and step only at the end of a group."
-        )
-    return None
+def _departs_alike(p: _Problem, steps: _Steps, at, variant) -> bool:
+    """Does the ``variant`` loop, run on the same problem, depart from full-batch training where ``steps`` does, and
+    as they do (the same steps, or the same first step, or the same gradient there)?"""
+    batches, model = _data(p.sizes, p.seed)
+    mine, _ = _run_ours(variant, model, batches, p.k)
+    if _departure(mine, p.ref) != at:
+        return False
+    epoch, j = at
+    if j is None:
+        ours, theirs, want = mine.positions[epoch], steps.positions[epoch], p.ref.positions[epoch]
+        return ours == theirs or ours[:1] == theirs[:1] != want[:1]
+    return _near(steps.grads[epoch][j], mine.grads[epoch][j])
 
 
-def _explain_second_epoch(p: _Problem, run: _LearnerRun):
-    """The first epoch was right: does anything of it (a gradient left in .grad) leak into the second?"""
-    grads, first_epoch = run.steps.grads[1], run.steps.grads[0]
-    if run.steps.positions[1] != p.ref.positions[1]:
+def _facts(p: _Problem, steps: _Steps, at) -> dict:
+    """What the hints quote about the departure ``at``: the steps, and for a gradient the update, its micro-batches
+    (counted from 1) and the gradient's ratio to the full-batch one."""
+    want = p.ref.positions[0]
+    facts = dict(p=p, shown=", ".join(map(str, steps.positions[0])), want=", ".join(map(str, want)),
+                 r=p.n - (want[-2] if len(want) > 1 else 0))
+    epoch, j = at
+    if j is not None:
+        g, g_ref, ends = steps.grads[epoch][j], p.ref.grads[epoch][j], p.ref.positions[epoch]
+        first = (ends[j - 1] if j else 0) + 1
+        facts.update(j=j, first=first, last_mb=ends[j], members=ends[j] - first + 1, c=_ratio(g, g_ref),
+                     error=_relative_error(g, g_ref))
+    return facts
+
+
+def _stepped_elsewhere(p, shown, want, **_):
+    return (f"{p.setting}, your loop steps after micro-batches {shown} (counted from 1); full-batch training steps "
+            f"after {want}: after every k-th micro-batch and after the last.")
+
+
+def _loop_with(step_when=None, scale=lambda size, samples, members, k: size / samples, reset="after step"):
+    """The accumulation loop with one mistake: a train_epoch that steps where ``step_when(i, n, k)`` says (else after
+    each group of k and the last micro-batch), multiplies each loss by ``scale(its samples, its group's samples, its
+    group's micro-batches, k)`` and resets .grad "after step", "after a full group's step", "before every backward"
+    or "never"."""
+
+    def train_epoch(model, loss_fn, optimizer, micro_batches, k):
+        batches = list(micro_batches)  # the course's own loop: it may hold the epoch whole
+        n = len(batches)
+        for i, (x, y) in enumerate(batches):
+            group = batches[i // k * k:(i // k + 1) * k]
+            if reset == "before every backward":
+                optimizer.zero_grad()
+            (loss_fn(model(x), y) * scale(len(x), sum(len(g) for g, _ in group), len(group), k)).backward()
+            if step_when(i, n, k) if step_when else (i + 1) % k == 0 or i + 1 == n:
+                optimizer.step()
+                if reset == "after step" or (reset == "after a full group's step" and len(group) == k):
+                    optimizer.zero_grad()
+
+    return train_epoch
+
+
+# The usual mistakes of exercise 1, each as the loop that makes it. A row names the learner's loop when its loop
+# departs from full-batch training at the same step, and in the same way (see _departs_alike). Where the steps come
+# elsewhere, the hint completes the sentence that shows them (_stepped_elsewhere); else it is the whole message.
+_LOOP_DIAGNOSES = (
+    Diagnosis("the last group never stepped: (i + 1) % k == 0 alone",
+              _loop_with(step_when=lambda i, n, k: (i + 1) % k == 0),
+              lambda r, **_: (
+                  f"The last {r} micro-batch{'es' * (r != 1)} never reach an optimizer step: their gradient stays in "
+                  ".grad and leaks into the next epoch. Step also after the last micro-batch, when the loop ends with "
+                  "gradients accumulated since the last step.")),
+    Diagnosis("the copied recipe's (i - 1) % k == 0", _loop_with(step_when=lambda i, n, k: (i - 1) % k == 0),
+              "Your first step comes after only 2 micro-batches: that is the copied recipe's (i - 1) % k == 0, which "
+              "is true at i = 1. With i counted from 0, micro-batch i completes a group when (i + 1) % k == 0."),
+    Diagnosis("i % k == 0, true at i = 0", _loop_with(step_when=lambda i, n, k: i % k == 0),
+              "Your first step comes right after the first micro-batch: i % k == 0 is true at i = 0. With i counted "
+              "from 0, micro-batch i completes a group when (i + 1) % k == 0."),
+    Diagnosis("every step one micro-batch late",
+              _loop_with(step_when=lambda i, n, k: (i % k == 0 and i > 0) or i + 1 == n),
+              "Each step comes one micro-batch late: with i counted from 0, use (i + 1) % k == 0."),
+    Diagnosis("no zero_grad between steps", _loop_with(reset="never"),
+              lambda p, j, **_: (
+                  f"{p.setting}, update {j + 1} used its own gradient plus the previous update's: .grad is not reset "
+                  "between optimizer steps. Call optimizer.zero_grad() right after each step (or before the first "
+                  "backward() of each group).")),
+    Diagnosis("zero_grad before every backward()", _loop_with(reset="before every backward"),
+              lambda p, j, last_mb, **_: (
+                  f"{p.setting}, update {j + 1} used only the gradient of its last micro-batch ({last_mb}): .grad is "
+                  "reset between the backward() calls of a group. A zero_grad() at the top of every micro-batch "
+                  "wipes what you accumulated; reset once per group, right after optimizer.step().")),
+    Diagnosis("the losses not scaled", _loop_with(scale=lambda size, samples, members, k: 1.0),
+              lambda p, j, c, **_: (
+                  f"{p.setting}, update {j + 1} used a gradient {c:.3g} times the full-batch one: each micro-batch "
+                  "loss must be divided by the number of micro-batches in its group before backward(), so the "
+                  "gradients add up to the mean over the group.")),
+    Diagnosis("divided by k, also in a short last group", _loop_with(scale=lambda size, samples, members, k: 1 / k),
+              lambda p, c, first, last_mb, members, **_: (
+                  f"{p.setting}, the last update (micro-batches {first} to {last_mb}, a group of {members}) used "
+                  f"{c:.3g} times the full-batch gradient: you divided its losses by k = {p.k}, but the group holds "
+                  f"only {members} micro-batch{'es' * (members != 1)}. Divide by the group's real size, or sum-reduce "
+                  "each loss and divide .grad, right before the step, by the samples counted since the last one: that "
+                  "stays right when micro-batches differ in size, and needs no len().")),
+    Diagnosis("divided by k twice", _loop_with(scale=lambda size, samples, members, k: 1 / k**2),
+              lambda p, j, **_: (
+                  f"{p.setting}, update {j + 1} used a gradient 1/{p.k} of the full-batch one: the loss is divided by "
+                  "k twice (or by k and then by the number of samples again).")),
+    Diagnosis("no reset after the epoch's last step", _loop_with(reset="after a full group's step"),
+              lambda p, **_: (
+                  f"{p.setting}, the updates are right, but .grad still holds a gradient when the epoch ends, and the "
+                  "next epoch's first update adds it to its own: reset it after the last step too "
+                  "(optimizer.zero_grad()), or at the start of each group.")),
+)
+
+
+def _explain_steps(p: _Problem, run: _LearnerRun):
+    """The first step where the loop departs from full-batch training, named by the first row of _LOOP_DIAGNOSES that
+    departs there alike, or else by what is read off that step."""
+    steps = run.steps
+    if not steps.positions[0]:
+        return wrong(f"{p.setting}, your loop never called optimizer.step() (the optimizer it is given): the "
+                     "accumulated gradient is never used.")
+    at = _departure(steps, p.ref)
+    if at is None:
+        return None
+    epoch, j = at
+    if j is not None and float(steps.grads[epoch][j].norm()) == 0:
+        return wrong(f"{p.setting}, update {j + 1} used a zero gradient: no backward() reached the model between the "
+                     "last reset of .grad and optimizer.step().")
+    facts = _facts(p, steps, at)
+    hint = hint_for(_LOOP_DIAGNOSES, lambda variant: _departs_alike(p, steps, at, variant), **facts)
+    if at == (0, None):
+        return wrong(_stepped_elsewhere(**facts) + (f" {hint}" if hint else ""))
+    if hint is not None:
+        return wrong(hint)
+    if j is None:
         return wrong(f"{p.setting}, the first epoch is right, but the second steps after micro-batches "
-                     f"{', '.join(map(str, run.steps.positions[1]))}: does your function keep state between calls?")
-    for j, (g, g_ref) in enumerate(zip(grads, p.ref.grads[1])):
-        if _near(g, g_ref):
-            continue
-        previous = grads[j - 1] if j else first_epoch[-1]
-        if j == 0 and _near(g - previous, g_ref):
-            return wrong(
-                f"{p.setting}, the updates are right, but .grad still holds a gradient when the epoch ends, and "
-                "the next epoch's first update adds it to its own: reset it after the last step too "
-                "(optimizer.zero_grad()), or at the start of each group."
-            )
+                     f"{', '.join(map(str, steps.positions[1]))}: does your function keep state between calls?")
+    if epoch == 1:
         return wrong(f"{p.setting}, the first epoch is right, but update {j + 1} of the second epoch used another "
-                     f"gradient than full-batch training (relative error {_relative_error(g, g_ref)}).")
-    return None
+                     f"gradient than full-batch training (relative error {facts['error']}).")
+    sizes = p.group_sizes(j)
+    if len(set(sizes)) > 1:
+        return wrong(
+            f"{p.setting}, the micro-batches of update {j + 1} hold {', '.join(map(str, sizes))} samples, and its "
+            f"gradient is off (relative error {facts['error']}): each micro-batch mean must count by its share of the "
+            "group's samples, whatever the sizes of the others (dividing by the number of micro-batches, or assuming "
+            "they hold as many samples as the first, weighs them wrongly). Multiply each micro-batch loss by len(x) / "
+            "(samples in its group), or sum-reduce it and divide .grad once, before the step, by the samples you "
+            "counted."
+        )
+    return wrong(
+        f"{p.setting}, update {j + 1} used a gradient that differs from the full-batch gradient of micro-batches "
+        f"{facts['first']} to {facts['last_mb']} (relative error {facts['error']}). Compute loss_fn(model(x), y) for "
+        "each micro-batch, scale it, call backward(), and step only at the end of a group."
+    )
 
 
 def _explain(p: _Problem, run: _LearnerRun):
     """The first mistake found, or None. (Not an ``or`` chain: a wrong Feedback is falsy.)"""
-    for explain in (lambda: _explain_stream(p, run), lambda: _explain_passes(p, run),
-                    lambda: _explain_positions(p, run.steps.positions[0]),
-                    lambda: _explain_grads(p, run.steps.grads[0]), lambda: _explain_second_epoch(p, run),
+    for explain in (lambda: _explain_stream(p, run), lambda: _explain_passes(p, run), lambda: _explain_steps(p, run),
                     lambda: thrown_away_mistake(p.setting, run.passes)):
         fb = explain()
         if fb is not None:
@@ -428,7 +485,7 @@ def _judge(train_epoch, seed, k, sizes, stream=False):
         return told if told is not None else wrong(f"{setting}, your function raised {describe_error(err)}")
     batches, model = _data(sizes, seed)
     ref, ref_model = _reference(model, batches, k)
-    problem = _Problem(k, sizes, ref, stream)
+    problem = _Problem(k, sizes, seed, ref, stream)
     fb = _explain(problem, run)
     if fb is not None:
         return fb
@@ -516,6 +573,15 @@ def _micro_batches(count):
     return f"{count} micro-batch{'es' * (count != 1)}"
 
 
+# A belief about exercise 2, as the counts it gives; it names the first count that is off where it gives that count.
+_COUNT_DIAGNOSES = (
+    Diagnosis(".grad emptied between epochs", lambda n, k: _held_at_each_step(n, k, epochs=1) * _COUNT_EPOCHS,
+              lambda steps, left, **_: (
+                  f"but nothing resets .grad between epochs: the {_micro_batches(left)} after the last step "
+                  f"(i = {steps[-1]}) of the epoch before are still in it, and backward() adds to them.")),
+)
+
+
 def _step_count_hint(counts, expected, n, k):
     """The first thing that is off in a list of per-step counts, said with the copied loop's steps."""
     steps = _copied_steps(n, k)
@@ -525,19 +591,16 @@ def _step_count_hint(counts, expected, n, k):
                 f"where (0 - 1) % k is k - 1 in Python): {len(steps)} steps an epoch, {len(expected)} in "
                 f"{_COUNT_EPOCHS} epochs, and your list has {len(counts)} counts.")
     j = next(j for j, (got, want) in enumerate(zip(counts, expected)) if got != want)
-    per_epoch = len(steps)
+    per_epoch, left = len(steps), n - 1 - steps[-1]
     if j == 0:
         return (f"the first step comes at i = {steps[0]} (counted from 0), so .grad then holds "
                 f"{_micro_batches(steps[0] + 1)}, each divided by k.")
-    if j % per_epoch == 0:
-        left = n - 1 - steps[-1]
-        said = (f"step {j + 1}, the first of epoch {j // per_epoch + 1}, comes at i = {steps[0]} again, after "
-                f"{_micro_batches(steps[0] + 1)} of its own; ")
-        if counts[j] == steps[0] + 1:
-            return said + (f"but nothing resets .grad between epochs: the {_micro_batches(left)} after the last step "
-                           f"(i = {steps[-1]}) of the epoch before are still in it, and backward() adds to them.")
-        return said + f".grad also still holds the {_micro_batches(left)} the epoch before left after its last step."
-    return f"step {j + 1}: between two steps of one epoch, k = {k} micro-batches run, each adding to .grad."
+    if j % per_epoch:
+        return f"step {j + 1}: between two steps of one epoch, k = {k} micro-batches run, each adding to .grad."
+    said = (f"step {j + 1}, the first of epoch {j // per_epoch + 1}, comes at i = {steps[0]} again, after "
+            f"{_micro_batches(steps[0] + 1)} of its own; ")
+    return said + (hint_for(_COUNT_DIAGNOSES, lambda variant: variant(n, k)[j] == counts[j], steps=steps, left=left)
+                   or f".grad also still holds the {_micro_batches(left)} the epoch before left after its last step.")
 
 
 @never_raises

@@ -2,7 +2,9 @@
 
 Each exercise shows a snippet; the snippet's text lives here (the notebook
 prints it in its prompt) so that the check and the prompt cannot drift apart.
-Every reference answer is computed by running the snippet, never typed in.
+Every reference answer is computed by running the snippet, never typed in. The belief
+behind a whole wrong answer of exercise 1 is named from a table of diagnoses
+(:mod:`.diagnoses`): each row holds the answer a learner who holds it gives.
 
 No check raises on a learner's answer (each is wrapped in ``never_raises``): an
 exception of any class, from the learner's function or from an odd answer object,
@@ -23,6 +25,7 @@ import torch
 from ..graphmodel import node_name
 from . import trust
 from .answers import as_names, close, equal, is_unanswered
+from .diagnoses import Diagnosis, hint_for
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = ["LEAVES_SNIPPET", "OUTCOMES", "RECORDING", "check_leaves", "check_make_weight", "check_recording"]
@@ -73,24 +76,29 @@ def _leaf_hint(name: str, t: torch.Tensor) -> str:
     return f"{_snippet_lines(name)}: " + _LEAF_WHY[name].format(fn=fn)
 
 
-def _leaf_pattern(chosen: set, tensors: dict) -> str:
-    """A sentence naming the belief behind a whole wrong answer, when it is a common one ('' otherwise)."""
-    leaves = {n for n, t in tensors.items() if t.is_leaf}
-    needs_grad = {n for n, t in tensors.items() if t.requires_grad}
-    made_by_factory = {n for n in tensors if any(line.startswith(f"{n} = torch.")
-                                                 for line in LEAVES_SNIPPET.splitlines())}
-    patterns = [
-        (set(), "You chose none, yet every tensor without a grad_fn is a leaf. "),
-        (needs_grad, "You chose the tensors that require grad: being a leaf is about history (no grad_fn), "
-                     "not about requires_grad. "),
-        (set(tensors) - leaves, "You chose exactly the non-leaves: the tensors a recorded operation made or changed. "),
-        (leaves & needs_grad, "You kept only the leaves that require grad (the parameters); a tensor that needs "
-                              "no gradient and has no grad_fn is a leaf too. "),
-        (made_by_factory, "You kept the tensors a torch function created: a leaf is a tensor without a grad_fn, "
-                          "whoever made it. An operation that records nothing leaves none, and a recorded change "
-                          "gives one. "),
-    ]
-    return next((text for pattern, text in patterns if chosen == pattern), "")
+def _made_by_factory(name: str) -> bool:
+    return any(line.startswith(f"{name} = torch.") for line in LEAVES_SNIPPET.splitlines())
+
+
+# Each belief about leaves as the set of names it picks from the snippet's tensors; the first row that picks the
+# answer names the belief behind the whole answer.
+_LEAF_DIAGNOSES = (
+    Diagnosis("no tensor is a leaf", lambda tensors: set(),
+              "You chose none, yet every tensor without a grad_fn is a leaf. "),
+    Diagnosis("a leaf is a tensor that requires grad",
+              lambda tensors: {n for n, t in tensors.items() if t.requires_grad},
+              "You chose the tensors that require grad: being a leaf is about history (no grad_fn), not about "
+              "requires_grad. "),
+    Diagnosis("leaves and non-leaves swapped", lambda tensors: {n for n, t in tensors.items() if not t.is_leaf},
+              "You chose exactly the non-leaves: the tensors a recorded operation made or changed. "),
+    Diagnosis("only parameters are leaves",
+              lambda tensors: {n for n, t in tensors.items() if t.is_leaf and t.requires_grad},
+              "You kept only the leaves that require grad (the parameters); a tensor that needs no gradient and has "
+              "no grad_fn is a leaf too. "),
+    Diagnosis("a leaf is what a torch function created", lambda tensors: set(filter(_made_by_factory, tensors)),
+              "You kept the tensors a torch function created: a leaf is a tensor without a grad_fn, whoever made it. "
+              "An operation that records nothing leaves none, and a recorded change gives one. "),
+)
 
 
 def _leaves_form(answer) -> tuple[set | None, Feedback | None]:
@@ -135,7 +143,8 @@ def check_leaves(answer) -> Feedback:
             hints.append(f"- {n} {verdict}. " + _leaf_hint(n, tensors[n]))
     count = len(hints)
     return wrong(
-        f"{count} tensor{'s' if count > 1 else ''} misplaced. {_leaf_pattern(chosen, tensors)}"
+        f"{count} tensor{'s' if count > 1 else ''} misplaced. "
+        f"{hint_for(_LEAF_DIAGNOSES, lambda variant: variant(tensors) == chosen) or ''}"
         "Run the snippet and print `t.is_leaf` to see it for yourself:\n" + "\n".join(hints)
     )
 
@@ -195,9 +204,9 @@ _RECORDING_NUDGE = {
 }
 
 
-def _recording_outcome(source: str) -> str:
-    x = eval(RECORDING_X, {"torch": torch})  # our own fixed strings, above
-    result = eval(source, {"torch": torch}, {"x": x})
+def _outcome(result: torch.Tensor) -> str:
+    """A result's place in the decision table, as the notebook's outcomes cell finds it: no grad_fn, not recorded;
+    else backward through it raises, or works."""
     if result.grad_fn is None:
         return "not recorded"
     try:
@@ -209,7 +218,9 @@ def _recording_outcome(source: str) -> str:
 
 def _reference_recording() -> dict[str, str]:
     """For each result of exercise 2, its outcome in the decision table (run, not typed in)."""
-    return {key: _recording_outcome(src) for key, src in RECORDING.items()}
+    made = {key: eval(source, {"torch": torch}, {"x": eval(RECORDING_X, {"torch": torch})})  # our own strings
+            for key, source in RECORDING.items()}
+    return {key: _outcome(result) for key, result in made.items()}
 
 
 # Words that may stand around "raises" in the third outcome: "raises at backward", "recorded, then backward raises".
@@ -263,7 +274,7 @@ def check_recording(answer) -> Feedback:
     if not off:
         return correct("every one placed right. " + " ".join(f"{k}: {_RECORDING_WHY[k]}" for k in keys))
     belief = ""
-    if len(set(verdicts.values())) == 1:
+    if len(set(verdicts.values())) == 1:  # a fact of the answer, not a belief a variant reproduces
         belief = f"You gave every one the same outcome, {verdicts[keys[0]]!r}; the five land in all three. "
     lines = [f"- {k} = {RECORDING[k]}: {_RECORDING_NUDGE[(k, verdicts[k])]}" for k in off]
     return wrong(f"{len(off)} of {len(keys)} not yet. {belief}Walk each one down the decision table of section 2, "

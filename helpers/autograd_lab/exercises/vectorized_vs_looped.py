@@ -1,8 +1,10 @@
 """Answer checks for notebook 03, vectorized against looped losses.
 
-The references below repeat code the notebook shows (the loss of exercise 1, written out in its prompt, and the
-loop of exercise 2): a check must not depend on what a learner has since changed in the notebook.
-tests/exercises/test_vectorized_vs_looped_checks.py keeps each reference equal to the notebook's version.
+The references below are the code the notebook shows (the loss of exercise 1, written out in its prompt, and the
+loop of exercise 2), kept here because a check must not depend on what a learner has since changed in the
+notebook; tests/exercises/test_vectorized_vs_looped_checks.py runs the notebook's own cells beside them on fresh
+inputs. A wrong answer's hint comes from a table of diagnoses (:mod:`.diagnoses`): each row is a miscount, or a
+loss, that reproduces one mistake.
 
 No check raises on a learner's answer: each is wrapped in ``never_raises``, with the
 policy that module ``leaf_tensors`` describes (every ``Exception`` becomes feedback).
@@ -22,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from ..measure import count_nodes
 from . import trust
 from .answers import as_int, as_number, close, is_unanswered, read_number
+from .diagnoses import Diagnosis, hint_for
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = ["check_looped_nodes", "check_vectorized_loss"]
@@ -52,37 +55,44 @@ _PER_SAMPLE = ("scale * x[k]", "+ b", "- y[k]", "** 2", "total + ...")  # the op
 _ONCE = ("w.exp()", "the division", "w's AccumulateGrad", "b's AccumulateGrad")  # the nodes all samples share
 
 
-def _node_slips(n: int, per_sample: int, once: int) -> list:
-    """(count, hint) for the usual miscounts of exercise 1's graph; the first match names the slip."""
-    return [
-        (per_sample * n + once - 1,
-         "one node short. Did you count the first iteration's `total + ...`, which is `0 + ...`? Adding a plain "
-         "number to a tensor that needs grad is recorded like any other operation. Then check the shared nodes: "
-         "what runs before and after the loop, and one AccumulateGrad per leaf. (5 N + 3 is section 2's count, "
-         "for its own loss.)"),
-        ((per_sample + 1) * n + once - 1,
-         "one node too many on each sample's path: either w.exp(), which runs once, before the loop, or b's "
-         "AccumulateGrad, which is one node however many samples add b."),
-        ((per_sample + 1) * n + once,
-         "one node too many on each sample's path: x[k] and y[k] index data that needs no grad, so autograd "
-         "records nothing for them. Count only operations on tensors that need grad."),
-        ((per_sample + 2) * n + once,
-         "x[k] and y[k] index data that needs no grad: autograd records nothing for either. Count only operations "
-         "on tensors that need grad."),
-        ((per_sample + 2) * n + once - 2,
-         "w and b are one leaf each: their AccumulateGrad nodes are shared by every path, not repeated per sample."),
-        ((per_sample - 1) * n + once,
-         "one node per sample short: count again the operations one iteration runs on tensors that need grad; "
-         "the running sum's `total + ...` is one of them, and so is `+ b`."),
-        (per_sample * n + once + 1,
-         "one node too many among the shared ones: this loss stacks nothing and takes no mean; it divides once."),
-        (per_sample * n, "you counted the per-sample paths but not the nodes all samples share: what runs before "
-                         "and after the loop, and the leaves' AccumulateGrad."),
-        (per_sample * (n - 1) + once, f"that is the count for N = {n - 1}: take one path per sample, {n} of them."),
-        (per_sample * (n + 1) + once, f"that is the count for N = {n + 1}: take one path per sample, {n} of them."),
-        (2 * per_sample + once, f"that is the count for N = 2. The loop records one path per sample: {n} of them."),
-        (per_sample + once, f"that is the count for N = 1. The loop records one path per sample: {n} of them."),
-    ]
+# Each miscount of exercise 1's graph, as the count it gives from N and the graph's true nodes per sample and shared
+# nodes; the first row whose count is the answer names the mistake.
+_NODE_DIAGNOSES = (
+    Diagnosis("the first `0 + ...` taken for unrecorded, or section 2's 5 N + 3 copied",
+              lambda n, per, once: per * n + once - 1,
+              "one node short. Did you count the first iteration's `total + ...`, which is `0 + ...`? Adding a plain "
+              "number to a tensor that needs grad is recorded like any other operation. Then check the shared nodes: "
+              "what runs before and after the loop, and one AccumulateGrad per leaf. (5 N + 3 is section 2's count, "
+              "for its own loss.)"),
+    Diagnosis("w.exp(), or b's AccumulateGrad, counted once per sample", lambda n, per, once: (per + 1) * n + once - 1,
+              "one node too many on each sample's path: either w.exp(), which runs once, before the loop, or b's "
+              "AccumulateGrad, which is one node however many samples add b."),
+    Diagnosis("x[k] or y[k] counted as a node", lambda n, per, once: (per + 1) * n + once,
+              "one node too many on each sample's path: x[k] and y[k] index data that needs no grad, so autograd "
+              "records nothing for them. Count only operations on tensors that need grad."),
+    Diagnosis("x[k] and y[k] counted as nodes", lambda n, per, once: (per + 2) * n + once,
+              "x[k] and y[k] index data that needs no grad: autograd records nothing for either. Count only operations "
+              "on tensors that need grad."),
+    Diagnosis("an AccumulateGrad per sample for w and for b", lambda n, per, once: (per + 2) * n + once - 2,
+              "w and b are one leaf each: their AccumulateGrad nodes are shared by every path, not repeated per "
+              "sample."),
+    Diagnosis("one operation of the loop missed", lambda n, per, once: (per - 1) * n + once,
+              "one node per sample short: count again the operations one iteration runs on tensors that need grad; "
+              "the running sum's `total + ...` is one of them, and so is `+ b`."),
+    Diagnosis("a stack or a mean counted, as section 2's loss has", lambda n, per, once: per * n + once + 1,
+              "one node too many among the shared ones: this loss stacks nothing and takes no mean; it divides once."),
+    Diagnosis("the shared nodes left out", lambda n, per, once: per * n,
+              "you counted the per-sample paths but not the nodes all samples share: what runs before and after the "
+              "loop, and the leaves' AccumulateGrad."),
+    Diagnosis("one sample too few", lambda n, per, once: per * (n - 1) + once,
+              lambda n: f"that is the count for N = {n - 1}: take one path per sample, {n} of them."),
+    Diagnosis("one sample too many", lambda n, per, once: per * (n + 1) + once,
+              lambda n: f"that is the count for N = {n + 1}: take one path per sample, {n} of them."),
+    Diagnosis("the graph of N = 2, as section 2 drew it", lambda n, per, once: 2 * per + once,
+              lambda n: f"that is the count for N = 2. The loop records one path per sample: {n} of them."),
+    Diagnosis("the graph of one sample", lambda n, per, once: per + once,
+              lambda n: f"that is the count for N = 1. The loop records one path per sample: {n} of them."),
+)
 
 
 @never_raises
@@ -111,14 +121,11 @@ def check_looped_nodes(answer, n: int = 50) -> Feedback:
         )
     if value <= 0:
         return wrong(f"{value} nodes cannot be: even one sample's graph has {one}.")
-    hint = next((h for count, h in _node_slips(n, per_sample, once) if count == value), None)
-    if hint is not None:
-        return wrong(hint)
-    return wrong(
-        "read the code line by line. The graph holds (nodes per sample) x N + (nodes shared by all samples): one "
-        "node for each operation on a tensor that needs grad, inside the loop once per sample, outside it once, "
-        "and one AccumulateGrad for each leaf."
-    )
+    hint = hint_for(_NODE_DIAGNOSES, lambda count: count(n, per_sample, once) == value, n=n)
+    return wrong(hint or
+                 "read the code line by line. The graph holds (nodes per sample) x N + (nodes shared by all samples): "
+                 "one node for each operation on a tensor that needs grad, inside the loop once per sample, outside it "
+                 "once, and one AccumulateGrad for each leaf.")
 
 
 # ---------------------------------------------------------------- exercise 2: vectorize a loop
@@ -152,24 +159,21 @@ def _shape(t) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
-def _value_hint(value, w, x, y, weights) -> str:
-    """A hint for a wrong value, naming the usual slip when it is one."""
-    errors2 = (x @ w - y) ** 2
-    n = len(y)
-    slips = [
-        ((weights * errors2).mean(), "you divided by N (a mean); the loop divides by the sum of the weights."),
-        ((weights * errors2).sum(), "you forgot the final division by the sum of the weights."),
-        (errors2.mean(), "your loss ignores the weights: each squared error is multiplied by its weight."),
-        (errors2.sum() / weights.sum(), "each squared error must be multiplied by its own weight before summing."),
-        ((weights * (x @ w - y)).sum() / weights.sum(), "the error must be squared before it is weighted."),
-        ((weights * errors2).sum() / n, "you divided by N; the loop divides by the sum of the weights."),
-        ((weights**2 * errors2).sum() / weights.sum(), "each weight should multiply its squared error once; "
-                                                        "yours is squared too."),
-    ]
-    for expected, hint in slips:
-        if close(value, expected):
-            return hint
-    return "write out the loop's sum for two samples and match it term by term: weight x (prediction - target)^2."
+# Each wrong loss of exercise 2 as a function of the answer's form; the first row whose value is the answer's names it.
+_LOSS_DIAGNOSES = (
+    Diagnosis("a mean over N", lambda w, x, y, v: (v * (x @ w - y) ** 2).mean(),
+              "you divided by N (a mean); the loop divides by the sum of the weights."),
+    Diagnosis("no final division", lambda w, x, y, v: (v * (x @ w - y) ** 2).sum(),
+              "you forgot the final division by the sum of the weights."),
+    Diagnosis("the weights left out", lambda w, x, y, v: ((x @ w - y) ** 2).mean(),
+              "your loss ignores the weights: each squared error is multiplied by its weight."),
+    Diagnosis("the weights only in the divisor", lambda w, x, y, v: ((x @ w - y) ** 2).sum() / v.sum(),
+              "each squared error must be multiplied by its own weight before summing."),
+    Diagnosis("the error weighted, not squared", lambda w, x, y, v: (v * (x @ w - y)).sum() / v.sum(),
+              "the error must be squared before it is weighted."),
+    Diagnosis("each weight squared", lambda w, x, y, v: (v**2 * (x @ w - y) ** 2).sum() / v.sum(),
+              "each weight should multiply its squared error once; yours is squared too."),
+)
 
 
 def _result_problem(out, leaf: torch.Tensor, n: int) -> Feedback | None:
@@ -233,7 +237,9 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
                          "assume a width? Use x @ w, which works for any D."), None
         return wrong(
             f"with N = {len(y)} samples the loop gives {ref.item():.6g}, yours {value.item():.6g}: "
-            + _value_hint(value, w, x, y, weights)
+            + (hint_for(_LOSS_DIAGNOSES, lambda variant: close(value, variant(w, x, y, weights)))
+               or "write out the loop's sum for two samples and match it term by term: weight x (prediction - "
+                  "target)^2.")
         ), None
     if g is None or not close(g.cpu(), ref_g):
         return wrong(
