@@ -105,15 +105,11 @@ def _token_loss(weights, tokens, labels):
     return loss, (labels != _IGNORE).sum()
 
 
-def _group_tokens(own, group_tokens, group_size, k):
-    """The right divisor of a micro-batch's summed loss: the real tokens of its whole group."""
-    return group_tokens
-
-
-def _reference_weights(model, batches, k, divisor=_group_tokens, zero_each=False):
+def _reference_weights(model, batches, k, divisor=lambda own, tokens, size, k: tokens, zero_each=False):
     """The weights after ``_EPOCHS`` epochs of SGD steps at the scheduled learning rates, one per group, each
-    micro-batch's summed loss divided by ``divisor(its real tokens, the group's, the group's size, k)``;
-    ``zero_each``: only the group's last micro-batch counts (``.grad`` wiped before every backward)."""
+    micro-batch's summed loss divided by ``divisor(its real tokens, the group's, the group's size, k)``, by default
+    the group's real tokens; ``zero_each``: only the group's last micro-batch counts (``.grad`` wiped before every
+    backward)."""
     weights = [p.detach().clone() for p in model.parameters()]
     update = 0
     for _ in range(_EPOCHS):
