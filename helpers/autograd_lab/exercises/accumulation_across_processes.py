@@ -42,8 +42,8 @@ from .loops import pass_mistake, record_passes
 
 __all__ = ["check_ddp_accumulation", "check_first_sync"]
 
-# The placements of no_sync() in the notebook's script, and the slip of exercise 2: for micro-batch i of k,
-# (is its forward inside no_sync()?, is its backward?).
+# The placements of no_sync() in the notebook's script (tests/exercises runs the script's own table beside this one),
+# and the slip of exercise 2: for micro-batch i of k, (is its forward inside no_sync()?, is its backward?).
 PLACEMENTS = {
     "no_sync() but for the last": lambda i, k: (i < k - 1, i < k - 1),
     "without no_sync()": lambda i, k: (False, False),

@@ -4,7 +4,10 @@ The experiment itself (one full-batch update against k accumulated micro-batches
 notebook. This module holds only what the checks need: the set-ups of exercise 1 with their verdicts (set-ups
 the notebook's map does not hold; tests/notebooks/test_accumulation_pitfalls.py measures every one of them, so
 a PyTorch release that changes one is caught), and, for exercises 2 and 3, a reference run to compare the
-learner's code with.
+learner's code with and the plausible mistakes as rows (:mod:`.diagnoses`): each a variant of the reference that
+makes it, and the hint that names it. Exercise 2's reference, ``_variant``, is the notebook's accumulated_update
+with the exercise's clipping; tests/exercises/test_accumulation_pitfalls_checks.py runs the notebook's own cells
+beside it, so the two cannot drift apart.
 """
 
 from __future__ import annotations
