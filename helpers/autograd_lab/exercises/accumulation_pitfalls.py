@@ -619,8 +619,8 @@ def _observe(model, x, calls, out, draws) -> tuple:
         normalization = next((place for place, found in places.items() if found), "none")
     dropouts = [m for m in called if isinstance(m, nn.modules.dropout._DropoutNd) and m.training and m.p > 0]
     random = "dropout" if dropouts else "draws" if draws else "no"
-    mixes = "no"
-    if not close(_output(model, x)[:2], _output(model, x[:2])):
+    mixes = "no"  # told by outputs only where nothing is random: a draw for more samples may differ for the first
+    if random == "no" and not close(_output(model, x)[:2], _output(model, x[:2])):
         mixes = "batchnorm" if any(isinstance(m, _BATCH_NORMS) and m.training for m in model.modules()) else "batch"
     facts = {"after": type(after[0][0]).__name__ if after else "",
              "norm": next((type(found[0]).__name__ for found in places.values() if found), ""),
@@ -686,7 +686,8 @@ _MODEL_DIAGNOSES = (
     Diagnosis("dropout", lambda: _net(_own_norm(), nn.Tanh(), nn.Dropout(0.5)),
               lambda dropout, **_: f"your model has an active {dropout} in training mode: its masks are random "
               "draws" + _ONLY_IN_DISTRIBUTION),
-    Diagnosis("noise drawn by hand", lambda: _net(_own_norm(), nn.Tanh(), _Lambda(lambda h: h + torch.randn_like(h))),
+    Diagnosis("dropout written by hand",
+              lambda: _net(_own_norm(), nn.Tanh(), _Lambda(lambda h: h * (torch.rand_like(h) < 0.5) * 2)),
               "your model's forward pass draws random numbers in training mode (dropout written by hand, or noise)"
               + _ONLY_IN_DISTRIBUTION),
     Diagnosis("BatchNorm in training mode", lambda: _net(nn.BatchNorm1d(HIDDEN), nn.Tanh()),
