@@ -351,11 +351,16 @@ def updates_of_one_experiment(k, options):
     variant = ex05._variant(pen=("every" if options.get("lam_every") else "scaled") if lam else "none", how="norm",
                             bound=max_norm, clip=("inside" if options.get("clip_inside") else "after") if max_norm
                             else "none")
-    if k == 1:
-        return (lambda m, o, x, y: nb["full_batch_update"](m, o, x, y, **options)), \
-            (lambda m, o, x, y: variant(m, o, x, y, 1))
-    return (lambda m, o, x, y: nb["accumulated_update"](m, o, x, y, k, **options)), \
-        (lambda m, o, x, y: variant(m, o, x, y, k))
+
+    def notebook(model, opt, x, y):
+        if k == 1:
+            return nb["full_batch_update"](model, opt, x, y, **options)
+        return nb["accumulated_update"](model, opt, x, y, k, **options)
+
+    def check(model, opt, x, y):
+        return variant(model, opt, x, y, k)
+
+    return notebook, check
 
 
 def after_one_update(update, make_model, x, y, seed):
