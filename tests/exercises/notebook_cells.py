@@ -31,11 +31,12 @@ def cell_source(notebook: str, cell_id: str) -> str:
 
 
 def cell_code(notebook: str, cell_id: str) -> str:
-    """A code cell's source, or a markdown cell's first ```python block (code a prompt shows, never run there)."""
+    """A code cell's source (of a ``%%writefile`` cell, the file's lines), or a markdown cell's first ```python
+    block (code a prompt shows, never run there)."""
     cell = _cell(notebook, cell_id)
     text = "".join(cell["source"])
     if cell["cell_type"] == "code":
-        return text
+        return text.partition("\n")[2] if text.startswith("%%writefile") else text
     assert "```python\n" in text, f"{notebook}'s markdown cell {cell_id!r} shows no python block"
     return text.split("```python\n", 1)[1].split("```", 1)[0]
 
@@ -45,5 +46,6 @@ def run_cells(notebook: str, *cell_ids: str, **names) -> dict:
     first; return the namespace."""
     namespace = dict(names)
     for cell_id in cell_ids:
-        exec(cell_code(notebook, cell_id), namespace)  # the course's own notebook, as the learner reads it
+        # the course's own notebook, as the learner reads it
+        exec(compile(cell_code(notebook, cell_id), f"{notebook}.ipynb, cell {cell_id}", "exec"), namespace)
     return namespace

@@ -15,12 +15,14 @@ first micro-batch); tests/notebooks/test_accumulation_across_processes.py runs i
 
 import contextlib
 import functools
+import math
 from contextlib import nullcontext
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from notebook_cells import run_cells
 
 from autograd_lab.exercises import accumulation_across_processes as ex06
 
@@ -38,6 +40,15 @@ def test_expected_calls_follow_the_forward():
     assert ex06._expected_calls(5, "no_sync() but for the first", buckets=2) == 2
     with pytest.raises(ValueError, match="unknown placement"):
         ex06._expected_calls(4, "sometimes")
+
+
+def test_the_checks_placements_are_the_notebooks():
+    """Every placement of no_sync() the notebook's script runs says, for each micro-batch, what the check's
+    reference says (which forwards and backwards run inside no_sync()); the check adds the exercise's own."""
+    notebook = run_cells("06_accumulation_across_processes", "script-1", "script-3")["PLACEMENTS"]
+    assert set(ex06.PLACEMENTS) - set(notebook) == {"no_sync() but for the first"}
+    for name, placement in notebook.items():
+        assert all(ex06.PLACEMENTS[name](i, k) == placement(i, k) for k in range(1, 9) for i in range(k)), name
 
 
 # ---------------------------------------------------------------- exercise 1: loops a learner could write
@@ -197,6 +208,20 @@ def test_06_ddp_accumulation_wrong_loops_get_the_hint_naming_their_mistake(judge
     assert _is_wrong_with(judged[loop], words), judged[loop]
 
 
+@pytest.mark.parametrize("row", ex06._SCALING_DIAGNOSES, ids=lambda row: row.name)
+@pytest.mark.parametrize("sizes", ex06._LOOP_SIZES)
+def test_06_ddp_accumulation_every_scaling_diagnosis_is_the_hint_its_own_gradient_gets(row, sizes):
+    """On every problem, the ranks' gradient that a row's scaling gives is told that row's hint -- unless the
+    scaling is right there (the mean of the means, when the micro-batches are equal)."""
+    seed = ex06.trust.fresh_seed()
+    fb = ex06._scaling_mistake("On the ranks", sizes, seed, ex06._weighted_gradient(seed, sizes, row.variant))
+    facts = {"n": sum(sizes), "k": len(sizes), "world": ex06._LOOP_WORLD}
+    if all(math.isclose(row.variant(n_i, facts["n"], facts["k"], facts["world"]), 1 / facts["n"]) for n_i in sizes):
+        assert fb is None and len(set(sizes)) == 1, fb
+    else:
+        assert fb.status == "wrong" and fb.message == "On the ranks, " + row.says(**facts), fb
+
+
 @pytest.mark.slow
 def test_06_ddp_accumulation_end_to_end_right_wrong_and_a_loop_that_ends_its_process():
     fb = ex06.check_ddp_accumulation(right)
@@ -303,6 +328,14 @@ def test_06_first_sync_wrong_get_their_hint(answer, words):
                                     (torch.zeros(1, device="meta"), False)])
 def test_06_first_sync_malformed_never_raises(answer):
     assert ex06.check_first_sync(answer).status == "malformed"
+
+
+@pytest.mark.parametrize("row", ex06._FIRST_SYNC_DIAGNOSES, ids=lambda row: row.name)
+def test_06_first_sync_every_diagnosis_is_the_hint_its_own_pair_gets(row):
+    calls, agree = row.variant(5, 2)
+    for ranks_agree in (True, False) if agree is None else (agree,):
+        fb = ex06.check_first_sync((calls, ranks_agree))
+        assert fb.status == "wrong" and fb.message == row.says(k=5, buckets=2), fb
 
 
 def test_06_first_sync_unanswered():

@@ -14,8 +14,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from notebook_cells import run_cells
 
 from autograd_lab.exercises import accumulation_in_practice as ex
+
+NOTEBOOK = "07_accumulation_in_practice"
 
 
 def _wrong_with(fb, words):
@@ -25,10 +28,20 @@ def _wrong_with(fb, words):
 # =========================================================================== exercise 2: the loop, fixed
 
 
-def token_loss_sum(model, tokens, labels):
-    """The notebook's summed loss over the real tokens (the script's function, which the answers use)."""
-    logits = model(tokens)
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+# The summed loss over the real tokens, as the notebook's script defines it: the answers below use it as a learner's do.
+token_loss_sum = run_cells(NOTEBOOK, "script-1", "script-tokens")["token_loss_sum"]
+
+
+def test_the_checks_losses_are_the_notebooks_on_fresh_padded_micro_batches():
+    """The check's summed loss (on the weights as a list) and its token mean (a Hugging Face model's loss) are the
+    notebook's token_loss_sum, and that divided by the real tokens."""
+    g = ex.trust.fresh_generator()
+    model = ex._model()
+    for size in (1, 2, 3):
+        tokens, labels = ex._padded(g, size)
+        summed, real = ex._token_loss(list(model.parameters()), tokens, labels)
+        torch.testing.assert_close(summed, token_loss_sum(model, tokens, labels))
+        torch.testing.assert_close(ex._mean_loss(model, tokens, labels), token_loss_sum(model, tokens, labels) / real)
 
 
 def _real(labels):
@@ -159,6 +172,21 @@ def test_loop_wrong_answers_get_their_hint(loop, words):
     assert _wrong_with(fb, words), fb
 
 
+LOOP_OF_ROW = {  # each row of the check's weight diagnoses: the loop that makes its mistake
+    "the mean of the micro-batch means": dict(scale="mean of means"),
+    "each token mean over k": dict(scale="mean / k"),
+    "the token means added up": dict(scale="mean"),
+    "the summed loss undivided": dict(scale="sum"),
+    ".grad zeroed before every backward()": dict(zero="before each backward"),
+}
+
+
+@pytest.mark.parametrize("row", ex._WEIGHT_DIAGNOSES, ids=lambda row: row.name)
+def test_loop_every_weight_diagnosis_is_the_hint_a_loop_making_its_mistake_gets(row):
+    fb = ex.check_scheduled_loop(make_loop(**LOOP_OF_ROW[row.name]))
+    assert fb.status == "wrong" and fb.message == row.says(), fb
+
+
 def test_a_scheduler_stepped_per_micro_batch_is_told_by_how_much_it_ran_too_fast():
     """n / ceil(n / k), not k: the first scenario has n = 7, k = 3, so 7 steps for 3 updates."""
     fb = ex.check_scheduled_loop(make_loop(sched="micro-batch"))
@@ -168,7 +196,7 @@ def test_a_scheduler_stepped_per_micro_batch_is_told_by_how_much_it_ran_too_fast
 
 def _expected(n, k, sizes, seed):
     start, batches = ex._problem(n, sizes, seed)
-    return ex._reference_weights(start, batches, k, "right")
+    return ex._reference_weights(start, batches, k)
 
 
 def test_the_scenarios_expose_the_mean_of_micro_batch_means():
@@ -364,6 +392,12 @@ def test_factor_wrong_answers_get_their_hint(name):
     factor, words = FACTOR_MISTAKES[name]
     fb = ex.check_token_factor(factor)
     assert _wrong_with(fb, words), fb
+
+
+@pytest.mark.parametrize("row", ex._FACTOR_DIAGNOSES, ids=lambda row: row.name)
+def test_factor_every_diagnosis_is_the_hint_its_own_factor_gets(row):
+    fb = ex.check_token_factor(row.variant)
+    assert fb.status == "wrong" and fb.message == row.says(), fb
 
 
 def test_factor_the_summed_loss_rule_is_right_for_a_sum_and_wrong_for_the_mean():

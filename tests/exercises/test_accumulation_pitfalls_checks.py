@@ -6,18 +6,21 @@ mistake -- in particular updates that do not accumulate at all, although their p
 code that must not make a check raise.
 """
 
+import copy
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from learner_code import BrokenMessage
+from notebook_cells import run_cells
 from torch import nn
 from torch.nn.functional import mse_loss
 
 from autograd_lab.exercises import accumulation_pitfalls as ex05
 
 D, H = ex05.IN_FEATURES, ex05.HIDDEN
+NOTEBOOK = "05_accumulation_pitfalls"
 
 
 def plain():
@@ -325,6 +328,73 @@ def test_exercise_2_each_mistake_gets_its_hint(update, hint):
     assert fb.status == "wrong" and hint in fb.message, fb.message
 
 
+@pytest.mark.parametrize("row", ex05._DIAGNOSES, ids=lambda row: row.name)
+def test_exercise_2_every_diagnosis_is_the_hint_its_own_variant_gets(row):
+    """No row is hidden behind an earlier one or behind what the watch sees first."""
+    fb = ex05.check_accumulated_update(row.variant)
+    assert fb.status == "wrong" and fb.message == row.says(), fb
+
+
+# ---------------------------------------------------------------- the check's update is the notebook's
+
+
+def notebook_updates():
+    """The notebook's penalty, its two updates and its distance, as its cells define them."""
+    return run_cells(NOTEBOOK, "data", "updates", "compare", torch=torch, nn=nn, mse_loss=mse_loss, copy=copy)
+
+
+def updates_of_one_experiment(k, options):
+    """(the notebook's update, the check's): accumulated_update with ``options`` (at k = 1 full_batch_update) and
+    the check's ``_variant`` written with the same options."""
+    nb = notebook_updates()
+    lam, max_norm = options.get("lam", 0.0), options.get("max_norm")
+    variant = ex05._variant(pen=("every" if options.get("lam_every") else "scaled") if lam else "none", how="norm",
+                            bound=max_norm, clip=("inside" if options.get("clip_inside") else "after") if max_norm
+                            else "none")
+
+    def notebook(model, opt, x, y):
+        if k == 1:
+            return nb["full_batch_update"](model, opt, x, y, **options)
+        return nb["accumulated_update"](model, opt, x, y, k, **options)
+
+    def check(model, opt, x, y):
+        return variant(model, opt, x, y, k)
+
+    return notebook, check
+
+
+def after_one_update(update, make_model, x, y, seed):
+    torch.manual_seed(seed)
+    model = make_model()
+    update(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), x, y)
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("options", [
+    {}, dict(lam=ex05.LAM), dict(lam=ex05.LAM, lam_every=True), dict(max_norm=0.2),
+    dict(lam=ex05.LAM, max_norm=0.2, clip_inside=True), dict(max_norm=10.0, clip_inside=True),
+], ids=["plain", "penalty-share", "penalty-every", "clip-after", "penalty-and-clip-inside", "clip-never-reached"])
+@pytest.mark.parametrize("k", [1, 4, 5])
+def test_the_checks_update_is_the_notebooks_on_fresh_batches(options, k):
+    """The check's ``_variant`` lands where the notebook's update does, with each of the notebook's options, on
+    fresh batches of 48 samples (the notebook's model) and 24 (the check's)."""
+    notebook, check = updates_of_one_experiment(k, options)
+    gen = ex05.trust.fresh_generator()
+    for n, make_model in ((48, notebook_updates()["plain"]), (24, ex05._mlp)):
+        x, y, seed = torch.randn(n, D, generator=gen), torch.randn(n, 1, generator=gen), ex05.trust.fresh_seed()
+        torch.testing.assert_close(after_one_update(check, make_model, x, y, seed),
+                                   after_one_update(notebook, make_model, x, y, seed))
+
+
+def test_the_checks_penalty_and_distance_are_the_notebooks():
+    nb = notebook_updates()
+    torch.manual_seed(ex05.trust.fresh_seed())
+    start, moved, other = nb["plain"](), nb["plain"](), nb["plain"]()
+    torch.testing.assert_close(ex05.penalty(moved), nb["penalty"](moved))
+    starting = [p.detach().clone() for p in start.parameters()]
+    assert ex05._largest_param_diff(other, moved, starting) == pytest.approx(nb["distance"](other, moved, starting))
+
+
 def clipping_inside(penalty, how="value", again_after=False):
     """Clipping inside the loop, with the penalty wherever a learner may put it: its share in every micro-batch,
     whole in every one, in the first one only, its own backward() before the loop or after it, or left out."""
@@ -529,6 +599,25 @@ WRONG_MODELS = {
     "two outputs": (lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 2)), "(N, 1)"),
     "wrong input size": (lambda: nn.Sequential(nn.Linear(3, 16), nn.LayerNorm(16), nn.Linear(16, 1)), "raised"),
 }
+
+
+def test_05_the_reference_model_is_right_and_departs_in_nothing():
+    """Each row's variant changes one thing of the reference (a normalization written by hand): the reference
+    itself is seen to do what a right model does, and it passes."""
+    x = ex05._probe()
+    reference = ex05._net(ex05._own_norm(), nn.Tanh())
+    assert ex05._observe(reference, x, *ex05._leaf_calls(reference, x))[0] == ex05._Seen()
+    assert ex05.check_normalized_model(lambda: ex05._net(ex05._own_norm(), nn.Tanh())).passed
+
+
+@pytest.mark.parametrize("row", ex05._MODEL_DIAGNOSES, ids=lambda row: row.name)
+def test_05_every_model_diagnosis_is_the_hint_its_own_variant_gets(row):
+    """No row is hidden behind an earlier one: its variant is told its hint, naming the variant's own layers."""
+    x = ex05._probe()
+    model = row.variant()
+    facts = ex05._observe(model, x, *ex05._leaf_calls(model, x))[1]
+    fb = ex05.check_normalized_model(row.variant)
+    assert fb.status == "wrong" and fb.message == row.says(**facts), fb
 
 
 @pytest.mark.parametrize("name", list(WRONG_MODELS))

@@ -109,6 +109,14 @@ def test_hook_correct_feedback_explains_with_the_snippets_own_numbers():
     assert f"{through_y:g} at x" in fb.message and f"adds {RIGHT - through_y:g}" in fb.message
 
 
+@pytest.mark.parametrize("row", ex._HOOK_DIAGNOSES, ids=lambda row: row.name)
+def test_hook_every_diagnosis_is_the_hint_its_own_variant_gets(row):
+    """No row is hidden behind an earlier one: the number its variant of the snippet gives is told its hint."""
+    value = row.variant()
+    fb = ex.check_hook_grad(value)
+    assert fb.status == "wrong" and fb.message == row.says(value=value), fb
+
+
 # =========================================================================== exercise 2: which parameters get .grad
 
 
@@ -142,6 +150,12 @@ def test_frozen_wrong_answers_name_their_mistake(answer, phrases):
     assert not re.search(r"\. [a-z]", fb.message.split("\n")[0]), fb   # every sentence starts upper-case
     for phrase in phrases:
         assert phrase in fb.message, (phrase, fb)
+
+
+@pytest.mark.parametrize("row", ex._FROZEN_DIAGNOSES, ids=lambda row: row.name)
+def test_frozen_every_diagnosis_is_the_belief_its_own_answer_is_told(row):
+    fb = ex.check_frozen_grads(row.variant(ex._frozen_run()))
+    assert fb.status == "wrong" and row.says() in fb.message, fb
 
 
 @pytest.mark.parametrize("make", [
@@ -229,6 +243,12 @@ def _raise(err):
 def test_silu_wrong_backwards_get_the_hint_for_their_mistake(backward, phrase):
     fb = ex.check_silu_backward(silu_function(backward))
     assert fb.status == "wrong" and phrase in fb.message, fb
+
+
+@pytest.mark.parametrize("row", ex._SILU_DIAGNOSES, ids=lambda row: row.name)
+def test_silu_every_diagnosis_is_the_hint_its_own_backward_gets(row):
+    fb = ex.check_silu_backward(silu_function(row.variant))
+    assert fb.status == "wrong" and fb.message == row.says(), fb
 
 
 def test_silu_a_backward_right_only_for_grad_output_one_fails():

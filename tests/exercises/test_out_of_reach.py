@@ -225,7 +225,7 @@ def test_07_the_expected_weights_are_not_on_the_stack():
     assert ex07.check_scheduled_loop(peek).passed
     n, k, sizes = ex07._SCENARIOS[0]
     start, batches = ex07._problem(n, sizes, 0)
-    expected = [w.reshape(-1).double() for w in ex07._reference_weights(start, batches, k, "right")]
+    expected = [w.reshape(-1).double() for w in ex07._reference_weights(start, batches, k)]
     assert found and not _reachable(found, expected)
 
 

@@ -175,11 +175,11 @@ def test_a_constant_changed_before_the_check_is_named_and_put_back():
 
 
 def test_a_list_the_check_reads_emptied_in_place_is_named_and_refilled():
-    rows = len(ex05._DIAGNOSES)
-    ex05._DIAGNOSES.clear()
-    fb = ex05.check_accumulated_update(right05)
-    assert fb.status == "wrong" and "accumulation_pitfalls._DIAGNOSES" in fb.message, fb
-    assert len(ex05._DIAGNOSES) == rows
+    rows = len(ex07._SCENARIOS)
+    ex07._SCENARIOS.clear()
+    fb = ex07.check_scheduled_loop(loop07())
+    assert fb.status == "wrong" and "accumulation_in_practice._SCENARIOS" in fb.message, fb
+    assert len(ex07._SCENARIOS) == rows
 
 
 def test_assert_passed_replaced_before_the_grader_line_still_raises():

@@ -36,13 +36,14 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from ..distributed import RESULTS_ENV, DistributedRunError, torchrun
 from . import trust
 from .answers import as_int, close, is_unanswered, read_function
+from .diagnoses import Diagnosis, hint_for
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 from .loops import pass_mistake, record_passes
 
 __all__ = ["check_ddp_accumulation", "check_first_sync"]
 
-# The placements of no_sync() in the notebook's script, and the slip of exercise 2: for micro-batch i of k,
-# (is its forward inside no_sync()?, is its backward?).
+# The placements of no_sync() in the notebook's script (tests/exercises runs the script's own table beside this one),
+# and the slip of exercise 2: for micro-batch i of k, (is its forward inside no_sync()?, is its backward?).
 PLACEMENTS = {
     "no_sync() but for the last": lambda i, k: (i < k - 1, i < k - 1),
     "without no_sync()": lambda i, k: (False, False),
@@ -73,6 +74,23 @@ def _as_bool(answer):
     return bool(items[0]) if len(items) == 1 else None
 
 
+_FIRST = "no_sync() but for the first"
+
+# Misreadings of exercise 2, each the pair (calls, ranks_agree) that it gives for k micro-batches and ``buckets``
+# buckets; None where it gives either.
+_FIRST_SYNC_DIAGNOSES = (
+    Diagnosis("one call per synchronizing backward", lambda k, buckets: (_expected_calls(k, _FIRST), None),
+              lambda k, buckets: f"one synchronizing backward, right -- but it makes one call per bucket, and there "
+                                 f"are {buckets}. (One call is the very first update's count, when DDP still has one "
+                                 "bucket; the question is about the updates after it.)"),
+    Diagnosis("the synchronization averages every micro-batch",
+              lambda k, buckets: (_expected_calls(k, _FIRST, buckets), True),
+              lambda k, buckets: "the synchronization happens at the first micro-batch. What does it average, and "
+                                 f"what happens to the gradients of micro-batches 2 to {k}, added on each rank after "
+                                 "it?"),
+)
+
+
 @never_raises
 def check_first_sync(answer, k: int = 5, buckets: int = 2) -> Feedback:
     """Exercise 2: ``no_sync()`` everywhere except the first micro-batch. Answer ``(calls, ranks_agree)``."""
@@ -83,22 +101,21 @@ def check_first_sync(answer, k: int = 5, buckets: int = 2) -> Feedback:
     calls, agree = as_int(answer[0]), _as_bool(answer[1])
     if calls is None or agree is None:
         return malformed("the pair holds a whole number and a bool, e.g. (3, True).")
-    right = _expected_calls(k, "no_sync() but for the first", buckets)
+    right = _expected_calls(k, _FIRST, buckets)
     if calls == right and agree is False:
         return correct(f"{right} calls, one per bucket, as in a right no_sync() loop -- but at the first "
                        "micro-batch. They average only that micro-batch's gradient; the other "
                        f"{k - 1} are added on each rank afterwards and never averaged, so each rank steps with "
                        "its own gradient and the copies drift apart. The count is right and the training is "
                        "wrong: check gradients, not only counts.")
-    if calls == 1:
-        return wrong(f"one synchronizing backward, right -- but it makes one call per bucket, and there are "
-                     f"{buckets}. (One call is the very first update's count, when DDP still has one bucket; the "
-                     "question is about the updates after it.)")
-    if calls != right:
-        return wrong("only the first micro-batch's forward and backward run outside no_sync(): how many "
-                     "backward passes synchronize, and how many calls does each make?")
-    return wrong("the synchronization happens at the first micro-batch. What does it average, and what happens "
-                 f"to the gradients of micro-batches 2 to {k}, added on each rank after it?")
+
+    def gives(variant):
+        variant_calls, variant_agree = variant(k, buckets)
+        return variant_calls == calls and variant_agree in (None, agree)
+
+    return wrong(hint_for(_FIRST_SYNC_DIAGNOSES, gives, k=k, buckets=buckets)
+                 or "only the first micro-batch's forward and backward run outside no_sync(): how many backward "
+                 "passes synchronize, and how many calls does each make?")
 
 
 # --------------------------------------------------------------------------- exercise 1: the loop, on two ranks
@@ -313,23 +330,24 @@ def _weighted_gradient(seed: int, sizes: tuple, weight) -> torch.Tensor:
     return _flat_grad(model)
 
 
-# How a loop can scale its summed losses wrongly, each with its hint: (name, weight(n_i, n, k, world), hint).
-_SCALINGS = (
-    ("not divided", lambda n_i, n, k, world: 1.0,
-     "each summed loss went into backward() as it is, so each rank's gradient is the sum over its {n} samples: "
-     "{n} times their mean. Divide each micro-batch's loss by the rank's sample count."),
-    ("divided by k", lambda n_i, n, k, world: 1 / k,
-     "dividing by k = {k} suits losses that are micro-batch means; loss_fn sums over a micro-batch's samples. "
-     "Divide by the rank's sample count instead."),
-    ("divided by its size", lambda n_i, n, k, world: 1 / n_i,
-     "dividing each sum by len(x) makes it that micro-batch's mean, and the {k} means then add up: {k} times "
-     "too much. Divide by the rank's sample count."),
-    ("divided by every sample", lambda n_i, n, k, world: 1 / (n * world),
-     "dividing by all the samples of all {world} ranks counts the ranks twice: DDP's all-reduce already divides "
-     "by the world size. Divide by the rank's own sample count."),
-    ("mean of the means", lambda n_i, n, k, world: 1 / (k * n_i),
-     "dividing each sum by k x len(x) averages the micro-batch means, which weighs a small micro-batch like a "
-     "large one: its samples count more. Divide each sum by the rank's sample count."),
+# How a loop can scale its summed losses wrongly: each row's variant is the weight(n_i, n, k, world) it gives
+# micro-batch i's summed loss, its hint quotes n, k and world.
+_SCALING_DIAGNOSES = (
+    Diagnosis("not divided", lambda n_i, n, k, world: 1.0,
+              "each summed loss went into backward() as it is, so each rank's gradient is the sum over its {n} "
+              "samples: {n} times their mean. Divide each micro-batch's loss by the rank's sample count.".format),
+    Diagnosis("divided by k", lambda n_i, n, k, world: 1 / k,
+              "dividing by k = {k} suits losses that are micro-batch means; loss_fn sums over a micro-batch's "
+              "samples. Divide by the rank's sample count instead.".format),
+    Diagnosis("divided by its size", lambda n_i, n, k, world: 1 / n_i,
+              "dividing each sum by len(x) makes it that micro-batch's mean, and the {k} means then add up: {k} times "
+              "too much. Divide by the rank's sample count.".format),
+    Diagnosis("divided by every sample", lambda n_i, n, k, world: 1 / (n * world),
+              "dividing by all the samples of all {world} ranks counts the ranks twice: DDP's all-reduce already "
+              "divides by the world size. Divide by the rank's own sample count.".format),
+    Diagnosis("mean of the means", lambda n_i, n, k, world: 1 / (k * n_i),
+              "dividing each sum by k x len(x) averages the micro-batch means, which weighs a small micro-batch like a "
+              "large one: its samples count more. Divide each sum by the rank's sample count.".format),
 )
 
 
@@ -358,15 +376,16 @@ def _placement_mistake(setting: str, sizes: tuple, r0: dict, r1: dict):
 
 def _scaling_mistake(setting: str, sizes: tuple, seed: int, grad: torch.Tensor):
     """The hint for a gradient that is not the full batch's, naming the scaling it matches; None when right."""
-    if close(grad, _weighted_gradient(seed, sizes, lambda n_i, n, k, world: 1 / n), rtol=1e-4, atol=1e-6):
+    def gives(weight):
+        return close(grad, _weighted_gradient(seed, sizes, weight), rtol=1e-4, atol=1e-6)
+
+    if gives(lambda n_i, n, k, world: 1 / n):  # the rank's samples: right
         return None
-    numbers = {"n": sum(sizes), "k": len(sizes), "world": _LOOP_WORLD}
-    for _, weight, hint in _SCALINGS:
-        if close(grad, _weighted_gradient(seed, sizes, weight), rtol=1e-4, atol=1e-6):
-            return wrong(f"{setting}, " + hint.format(**numbers))
-    return wrong(f"{setting}, the ranks agree, but their gradient is not that of the mean loss over all samples of "
-                 "all ranks. Each rank's micro-batches must add up to its own mean: scale each summed loss by "
-                 "1 / (the rank's sample count), and keep every micro-batch's gradient in .grad.")
+    hint = hint_for(_SCALING_DIAGNOSES, gives, n=sum(sizes), k=len(sizes), world=_LOOP_WORLD)
+    return wrong(f"{setting}, " + (hint or "the ranks agree, but their gradient is not that of the mean loss over all "
+                                   "samples of all ranks. Each rank's micro-batches must add up to its own mean: scale "
+                                   "each summed loss by 1 / (the rank's sample count), and keep every micro-batch's "
+                                   "gradient in .grad."))
 
 
 def _judge_loop(problems: list, seed: int):

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 
@@ -28,6 +29,7 @@ from torch import nn
 
 from . import trust
 from .answers import as_number, close, plain, read_function
+from .diagnoses import Diagnosis, hint_for
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, wrong
 from .isolation import kept_as_found
 from .loops import pass_mistake, record_passes, thrown_away_mistake
@@ -103,20 +105,11 @@ def _token_loss(weights, tokens, labels):
     return loss, (labels != _IGNORE).sum()
 
 
-# how each micro-batch's summed loss is divided: the right rule, and the ones plausible wrong loops use
-_SCALINGS = {
-    "right": lambda own, group_tokens, group_size, k: group_tokens,
-    "mean of means": lambda own, group_tokens, group_size, k: own * group_size,
-    "mean / k": lambda own, group_tokens, group_size, k: own * k,
-    "mean": lambda own, group_tokens, group_size, k: own,
-    "sum": lambda own, group_tokens, group_size, k: 1,
-}
-
-
-def _reference_weights(model, batches, k, scaling, zero_each=False):
+def _reference_weights(model, batches, k, divisor=lambda own, tokens, size, k: tokens, zero_each=False):
     """The weights after ``_EPOCHS`` epochs of SGD steps at the scheduled learning rates, one per group, each
-    micro-batch's summed loss divided as ``scaling`` says; ``zero_each``: only the group's last micro-batch
-    counts (``.grad`` wiped before every backward)."""
+    micro-batch's summed loss divided by ``divisor(its real tokens, the group's, the group's size, k)``, by default
+    the group's real tokens; ``zero_each``: only the group's last micro-batch counts (``.grad`` wiped before every
+    backward)."""
     weights = [p.detach().clone() for p in model.parameters()]
     update = 0
     for _ in range(_EPOCHS):
@@ -127,15 +120,15 @@ def _reference_weights(model, batches, k, scaling, zero_each=False):
             total = 0
             for tokens, labels in group[-1:] if zero_each else group:
                 loss, own = _token_loss(params, tokens, labels)
-                total = total + loss / _SCALINGS[scaling](own, group_tokens, len(group), k)
+                total = total + loss / divisor(own, group_tokens, len(group), k)
             grads = torch.autograd.grad(total, params)
             weights = [w - _LR * lr_factor(update) * g for w, g in zip(weights, grads)]
             update += 1
     return weights
 
 
-def _same(model, weights) -> bool:
-    return all(close(p.detach(), w, rtol=1e-4, atol=1e-6) for p, w in zip(model.parameters(), weights))
+def _same(model, weights, rtol=1e-4) -> bool:
+    return all(close(p.detach(), w, rtol=rtol, atol=1e-6) for p, w in zip(model.parameters(), weights))
 
 
 def _run(train_epoch, n, k, sizes, seed):
@@ -201,30 +194,29 @@ def _explain_schedule(events, n, k, first_update):
     return None
 
 
-_SCALING_HINTS = {
-    "mean of means": "you divided each micro-batch's token mean by the number of micro-batches in its group: a "
-                     "micro-batch with few real tokens then weighs as much as a full one (the bug Hugging Face "
-                     "transformers fixed in 2024). Sum the token losses and divide by the real tokens of the whole "
-                     "group, counted before its first backward().",
-    "mean / k": "you divided each micro-batch's token mean by k: micro-batches with few real tokens weigh as much "
-                "as full ones, and a short last group counts less. Divide the summed loss by the group's real "
-                "tokens.",
-    "mean": "each micro-batch's token mean went into backward() undivided: the group's gradient is a sum of "
-            "means, several times too large. Divide the summed loss by the group's real tokens.",
-    "sum": "the summed token loss went into backward() undivided: divide it by the real tokens of the group.",
-}
+def _weights_dividing_by(divisor):
+    return functools.partial(_reference_weights, divisor=divisor)
 
 
-def _explain_weights(start, model, batches, k):
-    for scaling, hint in _SCALING_HINTS.items():
-        if _same(model, _reference_weights(start, batches, k, scaling)):
-            return hint
-    if _same(model, _reference_weights(start, batches, k, "right", zero_each=True)):
-        return ("at each step .grad held only the group's last micro-batch: zero_grad() before every backward() "
-                "wipes what the group accumulated. Zero it after optimizer.step().")
-    return ("the steps and the learning rates are right, but the weights differ from training on each group as "
-            "one batch (its summed token loss divided by its real tokens): look at how the loss is divided and "
-            "at zero_grad().")
+# The weights plausible wrong loops end with, each a variant of the reference: (model, batches, k) -> weights.
+_WEIGHT_DIAGNOSES = (
+    Diagnosis("the mean of the micro-batch means", _weights_dividing_by(lambda own, tokens, size, k: own * size),
+              "you divided each micro-batch's token mean by the number of micro-batches in its group: a micro-batch "
+              "with few real tokens then weighs as much as a full one (the bug Hugging Face transformers fixed in "
+              "2024). Sum the token losses and divide by the real tokens of the whole group, counted before its first "
+              "backward()."),
+    Diagnosis("each token mean over k", _weights_dividing_by(lambda own, tokens, size, k: own * k),
+              "you divided each micro-batch's token mean by k: micro-batches with few real tokens weigh as much as "
+              "full ones, and a short last group counts less. Divide the summed loss by the group's real tokens."),
+    Diagnosis("the token means added up", _weights_dividing_by(lambda own, tokens, size, k: own),
+              "each micro-batch's token mean went into backward() undivided: the group's gradient is a sum of means, "
+              "several times too large. Divide the summed loss by the group's real tokens."),
+    Diagnosis("the summed loss undivided", _weights_dividing_by(lambda own, tokens, size, k: 1),
+              "the summed token loss went into backward() undivided: divide it by the real tokens of the group."),
+    Diagnosis(".grad zeroed before every backward()", functools.partial(_reference_weights, zero_each=True),
+              "at each step .grad held only the group's last micro-batch: zero_grad() before every backward() wipes "
+              "what the group accumulated. Zero it after optimizer.step()."),
+)
 
 
 def _scenario_problem(train_epoch, seed, n, k, sizes):
@@ -241,8 +233,13 @@ def _scenario_problem(train_epoch, seed, n, k, sizes):
         if problem:
             return problem
     start, batches = _problem(n, sizes, seed)  # fresh: the learner's code never saw these
-    if not _same(model, _reference_weights(start, batches, k, "right")):
-        return _explain_weights(start, model, batches, k)
+    if not _same(model, _reference_weights(start, batches, k)):
+        # a row names the mistake of weights already found wrong: ten times the tolerance, since the learner's
+        # loop adds its micro-batches in another order than the variant, and big wrong steps grow the rounding
+        hint = hint_for(_WEIGHT_DIAGNOSES, lambda variant: _same(model, variant(start, batches, k), rtol=1e-3))
+        return hint or ("the steps and the learning rates are right, but the weights differ from training on each "
+                        "group as one batch (its summed token loss divided by its real tokens): look at how the loss "
+                        "is divided and at zero_grad().")
     for epoch, (_, passes) in enumerate(epochs):
         fb = thrown_away_mistake(f"In epoch {epoch + 1}, with n = {n} micro-batches and k = {k}", passes)
         if fb is not None:
@@ -425,37 +422,40 @@ def _ignores_n_micro(given: dict) -> bool:
     return bool(pairs) and all(_shared(v for _, v in found) is not None for found in pairs)
 
 
+# The factors plausible wrong answers use, each a variant of the reference (same signature).
+_FACTOR_DIAGNOSES = (
+    Diagnosis("1 / k", lambda n_micro, n_all, k, world, accelerate: 1 / k,
+              "your factor is 1 / k: each micro-batch's mean then weighs the same, whatever its real tokens (a "
+              "micro-batch with 2 real tokens counts as much as one with 12), and a short last group counts less. "
+              "Weigh each mean by its micro-batch's real tokens, n_micro, over the update's, n_all."),
+    Diagnosis("the rule for a summed loss", lambda n_micro, n_all, k, world, accelerate: world / n_all * k**accelerate,
+              "that is section 2's rule for a summed loss, world / n_all (times k in accelerate). This loss is a mean, "
+              "already divided by its micro-batch's own real tokens: multiply it by n_micro first, to get the summed "
+              "loss back."),
+    Diagnosis("DDP's mean forgotten", lambda n_micro, n_all, k, world, accelerate: n_micro / n_all * k**accelerate,
+              "in your own loop each update's gradient came out 1 / world of the full batch's: DDP averages .grad "
+              "over the world ranks, so multiply by world."),
+    Diagnosis("k in the own loop too", lambda n_micro, n_all, k, world, accelerate: k * n_micro * world / n_all,
+              "in your own loop each update's gradient came out k times the full batch's: loss.backward() divides by "
+              "nothing. Only accelerator.backward() divides by k, so multiply by k only there."),
+    Diagnosis("accelerate's division forgotten", lambda n_micro, n_all, k, world, accelerate: n_micro * world / n_all,
+              "right in your own loop, but inside accelerate each update's gradient came out 1 / k of the full "
+              "batch's: accelerator.backward() divides the loss by gradient_accumulation_steps, k, even in a short "
+              "group. Multiply by k there."),
+)
+
+
 def _factor_hint(calls) -> str:
-    """What the learner's factor got wrong, read from its values against the right ones, call by call."""
-    given = dict(calls)
-    if _near(_shared(v * args[2] for args, v in given.items()), 1):
-        return ("your factor is 1 / k: each micro-batch's mean then weighs the same, whatever its real tokens (a "
-                "micro-batch with 2 real tokens counts as much as one with 12), and a short last group counts "
-                "less. Weigh each mean by its micro-batch's real tokens, n_micro, over the update's, n_all.")
-    if _ignores_n_micro(given):
-        if _near(_shared(v * args[1] / args[3] / (args[2] if args[4] else 1) for args, v in given.items()), 1):
-            return ("that is section 2's rule for a summed loss, world / n_all (times k in accelerate). This loss is "
-                    "a mean, already divided by its micro-batch's own real tokens: multiply it by n_micro first, "
-                    "to get the summed loss back.")
+    """What the learner's factor got wrong: the first row whose factor gives the learner's value in every call
+    made, else what its values show against the right ones."""
+    hint = hint_for(_FACTOR_DIAGNOSES, lambda variant: all(_near(value, variant(*args)) for args, value in calls))
+    if hint is not None:
+        return hint
+    if _ignores_n_micro(dict(calls)):
         return ("your factor does not depend on n_micro: each micro-batch's mean, already divided by its own real "
                 "tokens, then counts alike whatever its size. Weigh it by its real tokens over the update's, "
                 "n_micro / n_all.")
-    ratios: dict = {}
-    for args, value in given.items():
-        ratios.setdefault((args[4], args[3]), []).append(value / _right_factor(*args))
-    hand = {world: _shared(r) for (accelerate, world), r in ratios.items() if not accelerate}
-    inside = [_shared(r) for (accelerate, _), r in ratios.items() if accelerate]
-    if hand and all(_near(r, 1 / world) for world, r in hand.items()):
-        return ("in your own loop each update's gradient came out 1 / world of the full batch's: DDP averages .grad "
-                "over the world ranks, so multiply by world.")
-    if hand and all(_near(r, _FACTOR_K) for r in hand.values()):
-        return ("in your own loop each update's gradient came out k times the full batch's: loss.backward() divides "
-                "by nothing. Only accelerator.backward() divides by k, so multiply by k only there.")
-    if hand and all(_near(r, 1) for r in hand.values()):
-        if inside and all(_near(r, 1 / _FACTOR_K) for r in inside):
-            return ("right in your own loop, but inside accelerate each update's gradient came out 1 / k of the full "
-                    "batch's: accelerator.backward() divides the loss by gradient_accumulation_steps, k, even in a "
-                    "short group. Multiply by k there.")
+    if all(_near(value, _right_factor(*args)) for args, value in calls if not args[4]):
         return ("right in your own loop; inside accelerate the gradient differs from the full batch's. "
                 "accelerator.backward() divides the loss by k, so the factor there is your loop's times k.")
     return ("each update's gradient differs from the full batch's token mean. The loss is a micro-batch's mean: turn "

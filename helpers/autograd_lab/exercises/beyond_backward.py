@@ -18,6 +18,7 @@ import torch
 
 from . import trust
 from .answers import as_names, close, is_unanswered, plain, read_number
+from .diagnoses import Diagnosis, hint_for
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 
 __all__ = ["FREEZE_SNIPPET", "HOOK_SNIPPET", "check_frozen_grads", "check_hook_grad", "check_silu_backward"]
@@ -65,31 +66,39 @@ def _hook_run(*, hook: bool = True, direct_path: bool = True, hook_twice: bool =
     return _run("\n".join(lines))
 
 
-def _hook_slips(right: float) -> list:
-    """(value, hint) for the usual slips, each value computed by running a variant of the snippet."""
-    unhooked = _hook_run(hook=False)
-    plain, before_hook = float(unhooked["x"].grad), float(unhooked["y"].grad)
-    run = _hook_run()
-    after_hook = float(run["y"].grad)
-    return [
-        (plain, f"{plain:g} is x.grad without the hook. The hook's return value replaces the gradient flowing into "
-                "y, and that doubled gradient is what travels on from y to x."),
-        (2 * plain, f"{2 * plain:g} doubles all of x.grad. The hook sits on y: it doubles only what flows through y; "
-                    "the direct path `+ x` brings its 1 to x.grad undoubled."),
-        (float(_hook_run(direct_path=False)["x"].grad),
-         "the hook part is right, but x also reaches z directly through `+ x`, which adds its own 1 to x.grad."),
-        (plain - 1, "that leaves out both the hook (it doubles the gradient through y) and the direct path `+ x`."),
-        (after_hook, f"{after_hook:g} is the gradient at y after the hook. Backward goes on to x: multiply by "
-                     "dy/dx = 2x and add the direct path."),
-        (before_hook, "that is dz/dy, the gradient reaching y before the hook. The hook doubles it, then "
-                         "backward goes on to x (times dy/dx = 2x, plus the direct path)."),
-        (float(run["z"].detach()), "that is the value of z; x.grad holds dz/dx, with the hook's change applied."),
-        (float(_hook_run(hook_twice=True)["x"].grad),
-         "that doubles the gradient through y twice. The hook runs once, on the gradient arriving at y; the 2 in "
-         "dy/dx = 2x is the chain rule's, not a second doubling."),
-        (2 * right, f"{2 * right:g} is twice the answer: the hook doubles only what flows through y, once, and the "
-                    "direct path `+ x` brings its 1 to x.grad undoubled."),
-    ]
+def _grad_of(name: str, **switches) -> float:
+    """The gradient of ``name`` (``"x"`` or ``"y"``) after ``_hook_run(**switches)``."""
+    return float(_hook_run(**switches)[name].grad)
+
+
+# The usual slips, each the number that a variant of the snippet gives (without its hook, ...); the hint quotes
+# the learner's number as ``value``.
+_HOOK_DIAGNOSES = (
+    Diagnosis("no hook", lambda: _grad_of("x", hook=False),
+              lambda value: f"{value:g} is x.grad without the hook. The hook's return value replaces the gradient "
+                            "flowing into y, and that doubled gradient is what travels on from y to x."),
+    Diagnosis("the hook doubles all of x.grad", lambda: 2 * _grad_of("x", hook=False),
+              lambda value: f"{value:g} doubles all of x.grad. The hook sits on y: it doubles only what flows through "
+                            "y; the direct path `+ x` brings its 1 to x.grad undoubled."),
+    Diagnosis("no direct path", lambda: _grad_of("x", direct_path=False),
+              "the hook part is right, but x also reaches z directly through `+ x`, which adds its own 1 to x.grad."),
+    Diagnosis("neither hook nor direct path", lambda: _grad_of("x", hook=False, direct_path=False),
+              "that leaves out both the hook (it doubles the gradient through y) and the direct path `+ x`."),
+    Diagnosis("stops at y, after the hook", lambda: _grad_of("y"),
+              lambda value: f"{value:g} is the gradient at y after the hook. Backward goes on to x: multiply by "
+                            "dy/dx = 2x and add the direct path."),
+    Diagnosis("stops at y, before the hook", lambda: _grad_of("y", hook=False),
+              "that is dz/dy, the gradient reaching y before the hook. The hook doubles it, then backward goes on to "
+              "x (times dy/dx = 2x, plus the direct path)."),
+    Diagnosis("the value of z", lambda: float(_hook_run()["z"].detach()),
+              "that is the value of z; x.grad holds dz/dx, with the hook's change applied."),
+    Diagnosis("the hook runs twice", lambda: _grad_of("x", hook_twice=True),
+              "that doubles the gradient through y twice. The hook runs once, on the gradient arriving at y; the 2 in "
+              "dy/dx = 2x is the chain rule's, not a second doubling."),
+    Diagnosis("twice the answer", lambda: 2 * _grad_of("x"),
+              lambda value: f"{value:g} is twice the answer: the hook doubles only what flows through y, once, and the "
+                            "direct path `+ x` brings its 1 to x.grad undoubled."),
+)
 
 
 @never_raises
@@ -107,11 +116,9 @@ def check_hook_grad(answer) -> Feedback:
         return correct(f"x.grad = {right:g}. The hook hands on {float(run['y'].grad):g} (twice dz/dy) from y, the "
                        f"chain rule turns it into {through_y:g} at x, and the direct path `+ x` adds "
                        f"{right - through_y:g}.")
-    for slip, hint in _hook_slips(right):
-        if close(value, slip):
-            return wrong(hint)
-    return wrong("follow the gradient backward from z: dz/dy reaches y, the hook replaces it with what it returns, "
-                 "then the chain rule carries that to x; x also gets dz/dx from the direct path `+ x`.")
+    hint = hint_for(_HOOK_DIAGNOSES, lambda variant: close(value, variant()), value=value)
+    return wrong(hint or "follow the gradient backward from z: dz/dy reaches y, the hook replaces it with what it "
+                 "returns, then the chain rule carries that to x; x also gets dz/dx from the direct path `+ x`.")
 
 
 # ---------------------------------------------------------------- exercise 2: which parameters get .grad?
@@ -132,22 +139,31 @@ def _frozen_reason(name: str, requires_grad: bool, has_grad: bool) -> str:
     return "a tensor: it requires grad, and its layer ran while recording"
 
 
-def _frozen_pattern(chosen: set, run: dict) -> str:
-    """A sentence naming the belief behind a whole wrong answer, when it is a common one ('' otherwise)."""
-    with_grad = {n for n, (_, has) in run.items() if has}
-    before = {n for n in with_grad if n.startswith("0.")}
-    after = with_grad - before
-    passes = ("A frozen layer does not stop backward: its weights are constants to it, but the layer's operations "
-              "were recorded (their input required grad), so the gradient flows through them to the first layer.")
-    patterns = [
-        (after, passes),
-        (after | {"4.bias"}, passes + " And 4.bias was frozen on its own."),
-        (with_grad | {"4.bias"}, "4.bias was frozen on its own with requires_grad_(False): backward skips it."),
-        (set(run), "A parameter frozen with requires_grad_(False) gets no gradient, even when its layer runs while "
-                   "recording."),
-        (set(), "Backward runs here: every parameter that requires grad and lies on a path from the loss gets one."),
-    ]
-    return next((text for pattern, text in patterns if chosen == pattern), "")
+def _with_grad(run: dict) -> set:
+    return {n for n, (_, has) in run.items() if has}
+
+
+def _after_the_frozen_layer(run: dict) -> set:
+    return {n for n in _with_grad(run) if not n.startswith("0.")}
+
+
+_FROZEN_BLOCKS = ("A frozen layer does not stop backward: its weights are constants to it, but the layer's operations "
+                  "were recorded (their input required grad), so the gradient flows through them to the first layer.")
+
+# The beliefs behind a whole wrong answer, each the set of names that a learner who holds it gives, made from the
+# snippet's run.
+_FROZEN_DIAGNOSES = (
+    Diagnosis("a frozen layer stops backward", _after_the_frozen_layer, _FROZEN_BLOCKS),
+    Diagnosis("a frozen layer stops backward, and 4.bias gets a gradient", lambda run: _after_the_frozen_layer(run)
+              | {"4.bias"}, _FROZEN_BLOCKS + " And 4.bias was frozen on its own."),
+    Diagnosis("4.bias gets a gradient", lambda run: _with_grad(run) | {"4.bias"},
+              "4.bias was frozen on its own with requires_grad_(False): backward skips it."),
+    Diagnosis("a frozen parameter gets a gradient", lambda run: set(run),
+              "A parameter frozen with requires_grad_(False) gets no gradient, even when its layer runs while "
+              "recording."),
+    Diagnosis("no parameter gets a gradient", lambda run: set(),
+              "Backward runs here: every parameter that requires grad and lies on a path from the loss gets one."),
+)
 
 
 @never_raises
@@ -166,13 +182,13 @@ def check_frozen_grads(answer) -> Feedback:
     if unknown:
         return malformed(f"the model has no parameter named {', '.join(map(repr, unknown[:4]))}; "
                          f"its parameters are {', '.join(names)} (the names model.named_parameters() gives).")
-    with_grad = {n for n, (_, has) in run.items() if has}
+    with_grad = _with_grad(run)
     if chosen == with_grad:
         frozen = [n for n, (rg, _) in run.items() if not rg]
         return correct(f"only {', '.join(n for n in names if n in with_grad)}. {', '.join(frozen)}: frozen, so "
                        "backward skips them; but the frozen middle layer still passes the gradient on to the first "
                        "layer, since its operations were recorded (their input required grad).")
-    pattern = _frozen_pattern(chosen, run)
+    pattern = hint_for(_FROZEN_DIAGNOSES, lambda variant: chosen == variant(run))
     lines = [f"- {n}: .grad is {_frozen_reason(n, *run[n])}" for n in names if (n in chosen) != (n in with_grad)]
     count = f"{len(lines)} parameter{'s' if len(lines) > 1 else ''} misplaced."
     advice = "Run the snippet and print `p.grad is None` for each parameter:\n"
@@ -188,22 +204,31 @@ def _silu_derivative(x: torch.Tensor) -> torch.Tensor:
     return s + x * s * (1 - s)
 
 
-def _silu_slips(x, g) -> list:
-    """(gradient, hint) for the usual slips in a backward, computed at the check's points."""
-    s = torch.sigmoid(x)
-    return [
-        (_silu_derivative(x), "your gradient ignores grad_output. backward receives dL/dy and must return dL/dx: "
-                             "multiply the local derivative by grad_output (the chain rule)."),
-        (g * s, "that is sigmoid(x) alone: x * sigmoid(x) is a product, so the product rule adds "
-                "x * sigmoid'(x), with sigmoid'(x) = sigmoid(x) * (1 - sigmoid(x))."),
-        (g * x * s * (1 - s), "that is x * sigmoid'(x) alone: the product rule also gives sigmoid(x) * 1, the "
-                              "derivative of the x factor."),
-        (g * s * (1 - s), "that is the derivative of sigmoid(x) alone; the function here is x * sigmoid(x)."),
-        (g * (s + x * (1 - s)), "sigmoid'(x) is sigmoid(x) * (1 - sigmoid(x)): a factor sigmoid(x) is missing."),
-        (-g * _silu_derivative(x), "right size, wrong sign: x * sigmoid(x) grows where the derivative is positive."),
-        (g, "backward must multiply grad_output by the derivative of the function; returning grad_output unchanged "
-            "treats the function as y = x."),
-    ]
+def _s(x):
+    return torch.sigmoid(x)
+
+
+# The usual slips in a backward, each a backward(x, grad_output) that makes it.
+_SILU_DIAGNOSES = (
+    Diagnosis("grad_output ignored", lambda x, g: _silu_derivative(x),
+              "your gradient ignores grad_output. backward receives dL/dy and must return dL/dx: multiply the local "
+              "derivative by grad_output (the chain rule)."),
+    Diagnosis("sigmoid alone", lambda x, g: g * _s(x),
+              "that is sigmoid(x) alone: x * sigmoid(x) is a product, so the product rule adds x * sigmoid'(x), with "
+              "sigmoid'(x) = sigmoid(x) * (1 - sigmoid(x))."),
+    Diagnosis("x * sigmoid'(x) alone", lambda x, g: g * x * _s(x) * (1 - _s(x)),
+              "that is x * sigmoid'(x) alone: the product rule also gives sigmoid(x) * 1, the derivative of the x "
+              "factor."),
+    Diagnosis("the derivative of sigmoid", lambda x, g: g * _s(x) * (1 - _s(x)),
+              "that is the derivative of sigmoid(x) alone; the function here is x * sigmoid(x)."),
+    Diagnosis("sigmoid'(x) as 1 - sigmoid(x)", lambda x, g: g * (_s(x) + x * (1 - _s(x))),
+              "sigmoid'(x) is sigmoid(x) * (1 - sigmoid(x)): a factor sigmoid(x) is missing."),
+    Diagnosis("the sign", lambda x, g: -g * _silu_derivative(x),
+              "right size, wrong sign: x * sigmoid(x) grows where the derivative is positive."),
+    Diagnosis("grad_output passed on", lambda x, g: g,
+              "backward must multiply grad_output by the derivative of the function; returning grad_output unchanged "
+              "treats the function as y = x."),
+)
 
 
 def _silu_points():
@@ -267,9 +292,9 @@ def check_silu_backward(answer) -> Feedback:
     if close(gx, right):
         return correct("your backward returns grad_output * (sigmoid(x) + x * sigmoid(x) * (1 - sigmoid(x))): "
                        "the chain rule times the product rule. torch.autograd.gradcheck would agree.")
-    for slip, hint in _silu_slips(x, g):
-        if close(gx, slip):
-            return wrong(hint)
+    hint = hint_for(_SILU_DIAGNOSES, lambda variant: close(gx, variant(x, g)))
+    if hint is not None:
+        return wrong(hint)
     i = 3
     return wrong(f"at x = {x[i].item():g} with grad_output = {g[i].item():g} your backward returns "
                  f"{gx.reshape(-1)[i].item():.4g}; grad_output * d/dx[x * sigmoid(x)] is {right[i].item():.4g}. "
