@@ -24,6 +24,7 @@ _HOMES = {
     "DistributedRunError": "distributed",
     "PeakMemory": "measure",
     "SavedTensors": "measure",
+    "allocator_peak": "measure",
     "chain": "graph",
     "check_accumulation": "accumulation",
     "choose_device": "env",
