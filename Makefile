@@ -24,7 +24,7 @@ PIP     := $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
 
 .PHONY: chromium hub test-hub lab test test-fast test-browser test-package test-pythons notebooks setup setup-test graphviz bench lock clean help \
         soak \
-        student handouts python-check
+        student handouts python-check test-cuda gpu-wheels
 
 help:
 	@echo "make lab           set up (venv, packages), make/update your copy in my-course/, open JupyterLab on it"
@@ -36,6 +36,9 @@ help:
 	@echo "make soak          every notebook by nbconvert and papermill, many runs in a row on a busy machine"
 	@echo "                   (long; SOAK_OPTS=--short is CI's version, SOAK_OPTS=--help the options)"
 	@echo "make test-pythons  the non-browser suite on every other supported Python found here (3.10, 3.12, 3.13)"
+	@echo "make test-cuda     on a CUDA GPU: the claim tests' CUDA cases and nbval with the kernels on the GPU"
+	@echo "                   (needs a CUDA build of torch: see README, On a GPU; without a GPU it says so and fails)"
+	@echo "make gpu-wheels    download into .whl/ what a GPU machine without network lacks (tools/gpu/check.sh)"
 	@echo "make hub           a class on JupyterHub on this machine (loopback; tools/hub/README.md)"
 	@echo "make test-hub      the whole nbgrader assignment flow on JupyterHub, two students in headless Chromium,"
 	@echo "                   and nbgrader's round trip of every notebook"
@@ -125,6 +128,15 @@ test-hub: $(HUB_INSTALLED) chromium
 bench: setup-test
 	$(PY) -m tools bench
 
+# The course on a CUDA GPU (tools/test_cuda.py). torch must be a CUDA build: in a fresh clone,
+# make test-cuda TORCH_INDEX=https://download.pytorch.org/whl/cu128 (README > On a GPU).
+test-cuda: setup-test
+	$(PY) -m tools test-cuda --jobs $(JOBS)
+
+# The wheels a GPU machine without network lacks for test-cuda and bench's CUDA part (tools/gpu/check.sh runs there).
+gpu-wheels: setup-test
+	$(PY) -m tools gpu-wheels
+
 # Headless runs with the ecosystem's tools and their defaults, the machine kept busy (tools/soak.py).
 SOAK_OPTS ?=
 soak: setup-test
@@ -154,4 +166,4 @@ test-pythons: $(TESTER)
 	@$(PY) -m tools pythons $(PYTHONS) $(PYTHONS_OPTS)
 
 clean:
-	rm -rf $(VENV) .venv-3.* build bench-results test-artifacts .pytest_cache
+	rm -rf $(VENV) .venv-3.* build bench-results test-artifacts .pytest_cache .whl gpu-results

@@ -10,9 +10,10 @@ The helper modules in this folder (``backward_by_hand``, ...) are imported by na
 - ``seconds_table(title)``: a table of seconds per phase that a suite fills as it runs (the browser tests per
   notebook, the class on JupyterHub per phase); every table is printed after the test summary.
 - ``device``: a test that takes it runs once on the CPU and once on CUDA, for a fact that must hold on every
-  device the notebooks pick. The CUDA case carries the mark ``cuda`` (``make test-cuda`` selects them with
-  ``-m cuda``) and is skipped where no GPU is visible, unless ``REQUIRE_CUDA`` is set in the environment
-  (``make test-cuda`` sets it): there a skip would hide that the GPU was not used, so the case fails instead.
+  device the notebooks pick. ``gpu``: a test that takes it runs on CUDA only, for a fact the notebooks state of
+  a GPU alone. A CUDA case carries the mark ``cuda`` (``make test-cuda`` selects them with ``-m cuda``) and is
+  skipped where no GPU is visible, unless ``REQUIRE_CUDA`` is set in the environment (``make test-cuda`` sets
+  it): there a skip would hide that the GPU was not used, so the case fails instead.
 """
 
 from __future__ import annotations
@@ -39,24 +40,35 @@ def cuda_missing() -> str | None:
     return f"torch {torch.__version__} is built for CUDA {torch.version.cuda} but sees no GPU"
 
 
-@pytest.fixture(params=DEVICES)
-def device(request):
-    """The device a fact is checked on: "cpu", then "cuda" (see the module's docstring)."""
+def _device_or_skip(name: str):
+    """torch.device(name); for "cuda" where no GPU is visible, a skip (a failure under REQUIRE_CUDA)."""
     import torch
 
-    missing = cuda_missing() if request.param == "cuda" else None
+    missing = cuda_missing() if name == "cuda" else None
     if missing is not None:
         message = f"no CUDA GPU here ({missing}); make test-cuda runs this case on a GPU"
         if os.environ.get(REQUIRE_CUDA, "") not in ("", "0"):
             pytest.fail(message)
         pytest.skip(message)
-    return torch.device(request.param)
+    return torch.device(name)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """The device a fact is checked on: "cpu", then "cuda" (see the module's docstring)."""
+    return _device_or_skip(request.param)
+
+
+@pytest.fixture(params=["cuda"])
+def gpu(request):
+    """The GPU a fact of GPUs alone is checked on (see the module's docstring)."""
+    return _device_or_skip(request.param)
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("device") == "cuda":
+        if callspec is not None and "cuda" in (callspec.params.get("device"), callspec.params.get("gpu")):
             item.add_marker(pytest.mark.cuda)
 
 
