@@ -10,7 +10,8 @@
 #        from one of this machine's torch, which is not the lock's.
 # bench: make bench's CUDA part, made the reference's CUDA section: docs/bench/reference.json and
 #        docs/performance.md are rewritten here and copied to OUT, to be committed where they came from.
-# OUT gets a log per part and those files. Exit status: 0 when every part asked for passed.
+# OUT gets a log per part and those files. Exit status: 0 when every part asked for passed. The settings PYTHON
+# (python3), WHEELS (.whl), JOBS (8) and RUNS (1) change what it runs with.
 set -u
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -20,7 +21,7 @@ mkdir -p "$out"
 python=${PYTHON:-python3}
 
 site=$(mktemp -d)
-missing=$($python -m tools gpu-wheels --missing .whl) || exit 2
+missing=$($python -m tools gpu-wheels --missing "${WHEELS:-.whl}") || exit 2
 if [ -n "$missing" ]; then
   # shellcheck disable=SC2086  # one path per line, no spaces in wheel names
   $python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" $missing || exit 2
@@ -28,7 +29,8 @@ fi
 export PYTHONPATH="$site:$PWD/helpers:$PWD" PATH="$site/bin:$PATH" PYTHONUNBUFFERED=1
 $python -c "import nbval, ipykernel, ipywidgets, torchviz, graphviz, accelerate, transformers, matplotlib, autograd_lab" \
   || { echo "check.sh: a package the tests import is missing (above); add it to tools/gpu/wheels.py" >&2; exit 2; }
-$python -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name(0))"
+$python -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda,
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else '(no GPU visible)')"
 
 status=0
 if [ "$what" != bench ]; then
