@@ -901,6 +901,8 @@ _ATOMIC_BACKWARDS = (
     (r"Adaptive(Avg|Max)Pool\w*|AvgPool3D|MaxPool3D\w*|FractionalMaxPool\w*", "pooling backward"),
     (r"(Reflection|Replication)Pad\w*", "reflection or replication padding's backward"),
     (r"NllLoss2D|CtcLoss|GridSampler\w*", "nll_loss over a map, ctc_loss or grid_sample"),
+    (r"Convolution|CudnnConvolution", "convolution backward (cuDNN may pick such kernels unless "
+                                      "torch.backends.cudnn.deterministic = True)"),
 )
 
 

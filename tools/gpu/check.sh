@@ -36,6 +36,7 @@ status=0
 if [ "$what" != bench ]; then
   $python -m tools test-cuda --jobs "${JOBS:-8}" --junit "$out" 2>&1 | tee "$out/test-cuda.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  echo "check.sh: test-cuda done at ${SECONDS} s"
   failed=$($python - "$out/nbval-cuda.xml" <<'EOF'
 import re, sys, xml.etree.ElementTree as ET
 try:
@@ -59,5 +60,6 @@ if [ "$what" != test ]; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   cp docs/bench/reference.json docs/performance.md "$out/"
   rm -rf "$out/bench"
+  echo "check.sh: bench done at ${SECONDS} s"
 fi
 exit $status
