@@ -128,7 +128,7 @@ test-hub: $(HUB_INSTALLED) chromium
 bench: setup-test
 	$(PY) -m tools bench
 
-# The course on a CUDA GPU (tools/test_cuda.py). torch must be a CUDA build: in a fresh clone,
+# The course on a CUDA GPU (tools/run_cuda_tests.py). torch must be a CUDA build: in a fresh clone,
 # make test-cuda TORCH_INDEX=https://download.pytorch.org/whl/cu128 (README > On a GPU).
 test-cuda: setup-test
 	$(PY) -m tools test-cuda --jobs $(JOBS)

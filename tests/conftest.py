@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from tools.run_cuda_tests import REQUIRE_CUDA  # set (to anything but "" or "0"): a CUDA case fails rather than skips
+
 _TABLES: dict[str, list] = {}  # title -> [(name, seconds, detail)]
 DEVICES = ("cpu", "cuda")
-REQUIRE_CUDA = "AUTOGRAD_LAB_REQUIRE_CUDA"  # set (to anything but "" or "0"): a CUDA case fails rather than skips
 
 
 def cuda_missing() -> str | None:

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SANITIZER = ROOT / "tools" / "nbval_devices.cfg"
 REQUIRE_CUDA = "AUTOGRAD_LAB_REQUIRE_CUDA"  # tests/conftest.py reads it
 CLAIMS = f"cuda and {run_tests.REST}"
-# where the tests that take the device or gpu fixture live (tests/tools/test_test_cuda.py keeps every one there):
+# where the tests that take the device or gpu fixture live (tests/tools/test_run_cuda_tests.py keeps every one there):
 # collecting only these keeps the GPU machine's run to the packages they import
 CLAIM_FOLDERS = ("tests/instruments", "tests/notebooks")
 NO_GPU_EXIT = 2

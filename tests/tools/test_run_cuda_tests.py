@@ -1,4 +1,4 @@
-"""make test-cuda (tools/test_cuda.py), tested without a GPU: it stops and says why where torch sees none; its
+"""make test-cuda (tools/run_cuda_tests.py), tested without a GPU: it stops and says why where torch sees none; its
 claim suite selects the CUDA cases of the device and gpu fixtures (tests/conftest.py), which skip here and fail
 under it; and its sanitiser (tools/nbval_devices.cfg) leaves out of nbval's comparison exactly the lines that
 state a fact of the device, as a GPU's run would print them against the stored CPU outputs.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tools import test_cuda
+from tools import run_cuda_tests
 
 pytest_plugins = ["pytester"]
 
@@ -34,8 +34,8 @@ def test_without_a_gpu_it_says_why_and_stops_before_testing_anything(monkeypatch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", built_for)
     ran = []
-    monkeypatch.setattr(test_cuda.subprocess, "call", lambda *a, **k: ran.append(a) or 0)
-    assert test_cuda.main(["--jobs", "1"]) == test_cuda.NO_GPU_EXIT != 0
+    monkeypatch.setattr(run_cuda_tests.subprocess, "call", lambda *a, **k: ran.append(a) or 0)
+    assert run_cuda_tests.main(["--jobs", "1"]) == run_cuda_tests.NO_GPU_EXIT != 0
     err = capsys.readouterr().err
     assert err.startswith("make test-cuda: no CUDA GPU here, so nothing was tested.")
     assert all(w in err for w in words), err
@@ -45,15 +45,15 @@ def test_without_a_gpu_it_says_why_and_stops_before_testing_anything(monkeypatch
 @pytest.mark.parametrize("codes, verdict", [((0, 0), 0), ((0, 1), 1), ((1, 0), 1)])
 def test_with_a_gpu_both_suites_run_with_cuda_required_and_both_must_pass(monkeypatch, capsys, codes, verdict):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(test_cuda, "device_name", lambda: "a GPU")
+    monkeypatch.setattr(run_cuda_tests, "device_name", lambda: "a GPU")
     calls, results = [], iter(codes)
-    monkeypatch.setattr(test_cuda.subprocess, "call",
+    monkeypatch.setattr(run_cuda_tests.subprocess, "call",
                         lambda cmd, cwd, env: calls.append((cmd, env)) or next(results))
-    assert test_cuda.main(["--jobs", "3"]) == verdict
-    assert [env[test_cuda.REQUIRE_CUDA] for _, env in calls] == ["1", "1"]
+    assert run_cuda_tests.main(["--jobs", "3"]) == verdict
+    assert [env[run_cuda_tests.REQUIRE_CUDA] for _, env in calls] == ["1", "1"]
     claims, notebooks = (cmd for cmd, _ in calls)
-    assert claims[-2:] == list(test_cuda.CLAIM_FOLDERS) and "-m" in claims and notebooks[-1] == "notebooks"
-    assert f"--nbval-sanitize-with={test_cuda.SANITIZER}" in notebooks
+    assert claims[-2:] == list(run_cuda_tests.CLAIM_FOLDERS) and "-m" in claims and notebooks[-1] == "notebooks"
+    assert f"--nbval-sanitize-with={run_cuda_tests.SANITIZER}" in notebooks
     out = capsys.readouterr().out
     assert "make test-cuda: on a GPU" in out and ("FAILED" in out) == bool(verdict)
 
@@ -78,7 +78,7 @@ def _fixture_project(pytester):
 
 
 def _claims_args() -> list:
-    claims, _ = test_cuda.commands(jobs=1)
+    claims, _ = run_cuda_tests.commands(jobs=1)
     args = claims[3:]
     at = args.index("-n")
     return args[:at] + args[at + 2:]  # in this process: no workers
@@ -98,7 +98,7 @@ def test_the_claim_suite_selects_the_cuda_cases_of_both_fixtures(pytester, monke
 def test_without_a_gpu_a_cuda_case_skips_and_says_why_unless_cuda_is_required(pytester, monkeypatch, required,
                                                                                 outcome):
     _fixture_project(pytester)
-    monkeypatch.setenv(test_cuda.REQUIRE_CUDA, required)
+    monkeypatch.setenv(run_cuda_tests.REQUIRE_CUDA, required)
     result = pytester.runpytest("-rs", "tests")
     result.assert_outcomes(**outcome)
     assert "no CUDA GPU here (torch" in result.stdout.str() and "make test-cuda runs this case on a GPU" in \
@@ -109,8 +109,8 @@ def test_without_a_gpu_a_cuda_case_skips_and_says_why_unless_cuda_is_required(py
 def test_every_cuda_case_of_the_suite_is_where_the_claim_suite_looks():
     collected = subprocess_collect("-m", "cuda", "tests")
     assert collected, "the suite has CUDA cases"
-    outside = [nodeid for nodeid in collected if not nodeid.startswith(test_cuda.CLAIM_FOLDERS)]
-    assert outside == [], f"add their folder to tools/test_cuda.CLAIM_FOLDERS: {outside}"
+    outside = [nodeid for nodeid in collected if not nodeid.startswith(run_cuda_tests.CLAIM_FOLDERS)]
+    assert outside == [], f"add their folder to tools/run_cuda_tests.CLAIM_FOLDERS: {outside}"
 
 
 def subprocess_collect(*args) -> list:
@@ -127,7 +127,7 @@ def subprocess_collect(*args) -> list:
 def _sanitizer():
     from nbval.plugin import get_sanitize_patterns
 
-    return get_sanitize_patterns(test_cuda.SANITIZER.read_text())
+    return get_sanitize_patterns(run_cuda_tests.SANITIZER.read_text())
 
 
 def sanitize(text: str) -> str:
@@ -202,6 +202,6 @@ def test_nbval_itself_compares_a_gpus_device_line_only_with_the_sanitiser(pytest
                 "nbformat": 4, "nbformat_minor": 5}
     (pytester.path / "device.ipynb").write_text(json.dumps(notebook))
     args = ["--nbval", "--nbval-current-env", "-p", "no:cacheprovider", "device.ipynb"]
-    result = pytester.runpytest_subprocess(*args, *([f"--nbval-sanitize-with={test_cuda.SANITIZER}"] * sanitized),
+    result = pytester.runpytest_subprocess(*args, *([f"--nbval-sanitize-with={run_cuda_tests.SANITIZER}"] * sanitized),
                                            timeout=300)
     result.assert_outcomes(**({"passed": 1} if sanitized else {"failed": 1}))
