@@ -24,7 +24,7 @@ PIP     := $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
 
 .PHONY: chromium hub test-hub lab test test-fast test-browser test-package test-pythons notebooks setup setup-test graphviz bench lock clean help \
         soak \
-        student handouts python-check
+        student handouts python-check test-cuda gpu-wheels
 
 # `make help` lists every target whose line ends in a "## what it does" comment, in the Makefile's order
 # (CONTRIBUTING.md lists the same targets; tests/tools/test_lists_in_step.py keeps the two in step).
@@ -116,6 +116,15 @@ test-hub: $(HUB_INSTALLED) chromium ## the nbgrader assignment flow on JupyterHu
 bench: setup-test ## measure notebook cost, widget latency and the course's figures at scale (docs/performance.md)
 	$(PY) -m tools bench
 
+# The course on a CUDA GPU (tools/run_cuda_tests.py). torch must be a CUDA build: in a fresh clone,
+# make test-cuda TORCH_INDEX=https://download.pytorch.org/whl/cu128 (README > On a GPU).
+test-cuda: setup-test ## on a CUDA GPU: the tests' CUDA cases and nbval with the kernels on the GPU (fails without one)
+	$(PY) -m tools test-cuda --jobs $(JOBS)
+
+# The wheels a GPU machine without network lacks for test-cuda and bench's CUDA part (tools/gpu/check.sh runs there).
+gpu-wheels: setup-test ## download into .whl/ what a GPU machine without network lacks (tools/gpu/check.sh)
+	$(PY) -m tools gpu-wheels
+
 # Headless runs with the ecosystem's tools and their defaults, the machine kept busy (tools/soak.py).
 SOAK_OPTS ?=
 soak: setup-test ## every notebook by nbconvert and papermill, many runs in a row on a busy machine (SOAK_OPTS=--short: CI's)
@@ -145,4 +154,4 @@ test-pythons: $(TESTER) ## the non-browser suite on every other supported Python
 	@$(PY) -m tools pythons $(PYTHONS) $(PYTHONS_OPTS)
 
 clean: ## remove every virtual environment and build output
-	rm -rf $(VENV) .venv-3.* build bench-results test-artifacts .pytest_cache
+	rm -rf $(VENV) .venv-3.* build bench-results test-artifacts .pytest_cache .whl gpu-results

@@ -9,16 +9,68 @@ The helper modules in this folder (``backward_by_hand``, ...) are imported by na
 - ``probed``: a folder for tests/notebooks/ddp_probe.py's counts.
 - ``seconds_table(title)``: a table of seconds per phase that a suite fills as it runs (the browser tests per
   notebook, the class on JupyterHub per phase); every table is printed after the test summary.
+- ``device``: a test that takes it runs once on the CPU and once on CUDA, for a fact that must hold on every
+  device the notebooks pick. ``gpu``: a test that takes it runs on CUDA only, for a fact the notebooks state of
+  a GPU alone. A CUDA case carries the mark ``cuda`` (``make test-cuda`` selects them with ``-m cuda``) and is
+  skipped where no GPU is visible, unless ``REQUIRE_CUDA`` is set in the environment (``make test-cuda`` sets
+  it): there a skip would hide that the GPU was not used, so the case fails instead.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from tools.run_cuda_tests import REQUIRE_CUDA  # set (to anything but "" or "0"): a CUDA case fails rather than skips
+
 _TABLES: dict[str, list] = {}  # title -> [(name, seconds, detail)]
+DEVICES = ("cpu", "cuda")
+
+
+def cuda_missing() -> str | None:
+    """Why no CUDA case can run here, or None when torch sees a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU build"
+    return f"torch {torch.__version__} is built for CUDA {torch.version.cuda} but sees no GPU"
+
+
+def _device_or_skip(name: str):
+    """torch.device(name); for "cuda" where no GPU is visible, a skip (a failure under REQUIRE_CUDA)."""
+    import torch
+
+    missing = cuda_missing() if name == "cuda" else None
+    if missing is not None:
+        message = f"no CUDA GPU here ({missing}); make test-cuda runs this case on a GPU"
+        if os.environ.get(REQUIRE_CUDA, "") not in ("", "0"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return torch.device(name)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """The device a fact is checked on: "cpu", then "cuda" (see the module's docstring)."""
+    return _device_or_skip(request.param)
+
+
+@pytest.fixture(params=["cuda"])
+def gpu(request):
+    """The GPU a fact of GPUs alone is checked on (see the module's docstring)."""
+    return _device_or_skip(request.param)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "cuda" in (callspec.params.get("device"), callspec.params.get("gpu")):
+            item.add_marker(pytest.mark.cuda)
 
 
 def notebook_script(notebook, name: str) -> str:

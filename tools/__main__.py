@@ -17,6 +17,8 @@ COMMANDS = {  # command: (module, what it does)
     "lab-settings": ("lab_settings", "install the course's JupyterLab defaults into a virtual environment"),
     "test": ("run_tests", "the unit tests and nbval, with the browser tests beside them (make test)"),
     "pythons": ("other_pythons", "the non-browser suite on other supported Pythons (make test-pythons)"),
+    "test-cuda": ("run_cuda_tests", "the claim tests' CUDA cases and nbval with the kernels on a GPU (make test-cuda)"),
+    "gpu-wheels": ("gpu.wheels", "the wheels a GPU machine without network lacks, into .whl/ (make gpu-wheels)"),
 }
 
 

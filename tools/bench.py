@@ -10,10 +10,12 @@ Parts (all by default; choose with --parts):
   nbval      the whole nbval suite, as `make test` runs it: its wall time, and the CPU time of pytest and every
              process under it (workers, kernels, torchrun's agents and ranks)
   scale      looped against vectorized forward+backward up to N = 10^5; bytes saved for backward against k
-             for a wide MLP; per-sample gradients, loop against torch.func.vmap. CPU, and CUDA when present.
+             for a wide MLP; per-sample gradients, loop against torch.func.vmap. On the CPU (--devices).
   drawing    every drawing of the course (the graphs the notebooks store, and drawings of real architectures:
              tools/drawings.py) laid out by both engines, graphviz-pure and the system's Graphviz dot, side by
              side: the median of --draw-runs layouts each, the engine's start included (what a learner waits for)
+  cuda       on a CUDA GPU, when torch sees one: the scale part, the notebooks and the instruments on real
+             architectures, in the results' "cuda" section (tools/bench_cuda.py)
 
 Figures are printed as tables and written to bench-results/ as JSON, with the versions and the device.
 The targets (reported, never asserted) are tools/bench_targets.py's; docs/performance.md states them, with the
@@ -341,27 +343,29 @@ def _scale_saved_vs_k(device) -> list:
     import torch
     from torch import nn
 
-    from autograd_lab.measure import SavedTensors
+    from autograd_lab.measure import SavedTensors, allocator_peak
 
     wide = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
                          nn.Linear(4096, 1024)).to(device)
     xb, yb = torch.randn(1024, 1024, device=device), torch.randn(1024, 1024, device=device)
     rows = []
     for k in progress((1, 2, 4, 8, 16), desc=f"saved bytes vs k ({device.type})", leave=False):
-        wide.zero_grad(set_to_none=True)
-        peak_saved, peak_alloc = 0, None
+        saved_bytes = []
+
+        def accumulate(k=k, saved_bytes=saved_bytes):
+            wide.zero_grad(set_to_none=True)
+            for xm, ym in zip(xb.chunk(k), yb.chunk(k)):
+                with SavedTensors(exclude=[xm, *wide.parameters()]) as saved:
+                    loss = ((wide(xm) - ym) ** 2).mean() / k
+                saved_bytes.append(saved.bytes)
+                loss.backward()
+
+        peak_alloc = None  # the CPU has no caching allocator to read
         if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-        for xm, ym in zip(xb.chunk(k), yb.chunk(k)):
-            with SavedTensors(exclude=[xm, *wide.parameters()]) as saved:
-                loss = ((wide(xm) - ym) ** 2).mean() / k
-            peak_saved = max(peak_saved, saved.bytes)
-            loss.backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            peak_alloc = (torch.cuda.max_memory_allocated() - base) / 2**20
+            peak_alloc = allocator_peak(accumulate, device) / 2**20
+        else:
+            accumulate()
+        peak_saved = max(saved_bytes)
         rows.append({"k": k, "peak_saved_MiB": round(peak_saved / 2**20, 3),
                      "peak_allocated_above_start_MiB": None if peak_alloc is None else round(peak_alloc, 1)})
     return rows
@@ -491,15 +495,7 @@ def print_tables(results: dict):
 
     env = results["environment"]
     print(f"\nAutograd Lab benchmark -- {env['machine']}, torch {env['torch']}, devices: {', '.join(env['devices'])}")
-    if "notebooks" in results:
-        nbr = results["notebooks"]
-        table(f"Notebook cost (floor: fresh kernel importing torch + autograd_lab = {nbr['floor_s']} s)", nbr["rows"],
-              ["notebook", "median_s", "runs", "ratio_to_floor", "target", "met"])
-        target = f"median <= {WIDGET_BUDGET_MS:.0f} ms, p95 <= {WIDGET_P95_BUDGET_MS:.0f} ms"
-        table(f"Widget latency (target: {target})", results["widgets"]["rows"],
-              ["widget", "median_ms", "p95_ms", "calls", "met"])
-        table("Timing claims of the notebooks (checked here, not in the notebooks)", results["claims"]["rows"],
-              ["claim", "held", "met", "errors"])
+    _notebook_tables(table, results)
     if "nbval" in results:
         table(f"nbval suite (target: wall <= {NBVAL_WALL_TO_CPU_PER_CORE}x CPU / cores)", [results["nbval"]],
               ["wall_s", "cpu_s", "cores", "ratio", "met", "passed", "summary"])
@@ -509,7 +505,29 @@ def print_tables(results: dict):
     if "own_models" in results:
         table("A learner's own model drawn (record_modules + draw_graph, laid out) against torchviz.make_dot (s)",
               results["own_models"]["rows"], ["model", "picture", "draw_graph_s", "make_dot_s"])
-    for dev, figs in results.get("scale", {}).items():
+    _scale_tables(table, results.get("scale", {}))
+    if "cuda" in results:
+        from tools.bench_cuda import print_section
+
+        print_section(table, results["cuda"])
+
+
+def _notebook_tables(table, results: dict):
+    """The notebooks part's tables (``results``: the whole results, or the CUDA section)."""
+    if "notebooks" not in results:
+        return
+    nbr = results["notebooks"]
+    table(f"Notebook cost (floor: fresh kernel importing torch + autograd_lab = {nbr['floor_s']} s)", nbr["rows"],
+          ["notebook", "median_s", "runs", "ratio_to_floor", "target", "met"])
+    target = f"median <= {WIDGET_BUDGET_MS:.0f} ms, p95 <= {WIDGET_P95_BUDGET_MS:.0f} ms"
+    table(f"Widget latency (target: {target})", results["widgets"]["rows"],
+          ["widget", "median_ms", "p95_ms", "calls", "met"])
+    table("Timing claims of the notebooks (checked here, not in the notebooks)", results["claims"]["rows"],
+          ["claim", "held", "met", "errors"])
+
+
+def _scale_tables(table, scale: dict):
+    for dev, figs in scale.items():
         table(f"Looped against vectorized forward+backward, MLP 16-32-1 [{dev}]", figs["loop_vs_vectorized"],
               ["N", "vectorized_ms", "looped_ms", "ratio", "extra_us_per_sample"])
         table(f"Peak bytes saved for backward against k, MLP 1024-4096-4096-1024, batch 1024 [{dev}]",
@@ -553,7 +571,7 @@ def environment() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-PARTS = ("notebooks", "nbval", "scale", "drawing")
+PARTS = ("notebooks", "nbval", "scale", "drawing", "cuda")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -564,7 +582,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=NBVAL_WORKERS, help="nbval's pytest-xdist workers")
     parser.add_argument("--max-n", type=int, default=100_000, help="largest N for looped against vectorized")
     parser.add_argument("--draw-runs", type=int, default=3, help="layouts of each drawing by each engine (median)")
-    parser.add_argument("--devices", default="auto", help="auto (cpu, and cuda when present), cpu, or cuda")
+    parser.add_argument("--devices", default="cpu",
+                        help="the scale part's devices, e.g. cpu,cuda (the cuda part measures it on a GPU anyway)")
     parser.add_argument("--out", default=str(ROOT / "bench-results"), help="folder for the JSON results")
     parser.add_argument("--reference", action="store_true",
                         help="this run (every part) becomes the reference: docs/bench/reference.json and the page")
@@ -577,8 +596,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = args.parts - set(PARTS)
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}; choose from {', '.join(PARTS)}")
-    if args.reference and args.parts != set(PARTS):
-        parser.error("--reference needs every part (leave out --parts): the page shows them all")
+    if args.reference and args.parts not in (set(PARTS), {"cuda"}):
+        parser.error("--reference needs every part (leave out --parts), or the cuda part alone (--parts cuda, "
+                     "which replaces only the reference's CUDA section): the page shows them all")
     return args
 
 
@@ -592,10 +612,7 @@ def main(argv=None):
 
     import torch
 
-    if args.devices == "auto":
-        devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    else:
-        devices = [torch.device(d) for d in args.devices.split(",")]
+    devices = [torch.device(d) for d in args.devices.split(",")]
     results = {"environment": environment(),
                "settings": {"runs": args.runs, "widget_calls": args.widget_calls, "max_n": args.max_n,
                             "draw_runs": args.draw_runs}}
@@ -608,6 +625,10 @@ def main(argv=None):
         bench_scale(results, args.max_n, devices)
     if "drawing" in args.parts:
         bench_drawing(results, args.draw_runs)
+    if "cuda" in args.parts:
+        from tools.bench_cuda import bench_cuda
+
+        bench_cuda(results, runs=args.runs, widget_calls=args.widget_calls, max_n=args.max_n, draw_runs=args.draw_runs)
     results["environment"]["total_s"] = round(time.perf_counter() - start, 1)
     print_tables(results)
     out = Path(args.out)
@@ -618,8 +639,11 @@ def main(argv=None):
         (out / name).write_text(text)
     print(f"\nTotal {results['environment']['total_s']} s. Results: {out / f'bench-{stamp}.json'} (and latest.json)")
     if args.reference:
+        from tools.bench_cuda import into_reference
+
+        committed = json.loads(bench_page.REFERENCE.read_text()) if bench_page.REFERENCE.exists() else None
         bench_page.REFERENCE.parent.mkdir(parents=True, exist_ok=True)
-        bench_page.REFERENCE.write_text(text)
+        bench_page.REFERENCE.write_text(json.dumps(into_reference(results, committed, args.parts), indent=2) + "\n")
         bench_page.write_page()
         print(f"Reference: {bench_page.REFERENCE.relative_to(ROOT)}; page: {bench_page.PAGE.relative_to(ROOT)}")
     return 0

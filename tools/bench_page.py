@@ -147,8 +147,47 @@ def scale(results: dict) -> str:
     for device, figures in part.items():
         out += [f"### {_device(device)}"] + _scale_tables(figures)
     if not any(name.startswith("cuda") for name in part):
-        out.append("The reference run had no CUDA GPU; on one, `make bench` adds the same tables for it, with the "
-                   "allocator's peak beside the bytes saved.")
+        out.append("The same tables on a GPU, with the CUDA allocator's peak beside the bytes saved, are in the "
+                   "CUDA section.")
+    return "\n\n".join(out)
+
+
+def _cuda_environment(env: dict) -> str:
+    tf32 = ", ".join(f"{what} {'on' if on else 'off'}" for what, on in env["tf32"].items())
+    return "\n".join([
+        f"- GPU: {env['device']} (compute capability {env['capability']}, {env['memory_GiB']} GiB), "
+        f"driver {env['driver']}",
+        f"- torch {env['torch']}, CUDA {env['torch_cuda']}, cuDNN {env['cudnn']}; TF32: {tf32}",
+        f"- Measured on {env['date'][:10]}",
+    ])
+
+
+def _architectures(rows: list) -> str:
+    measured = [r for r in rows if "not_measured" not in r]
+    text = table(["Model", "Parameters (M)", "Graph nodes", "Forward + backward ms", "Saved MiB",
+                  "Allocator peak MiB", "Drawn in s"],
+                 [[r["model"], f"{r['parameters'] / 1e6:.1f}", f"{r['nodes']:,}", r["forward_backward_ms"],
+                   r["saved_MiB"], r["allocator_peak_MiB"],
+                   r["draw_s"] if r["picture"] else f"{r['draw_s']} (no picture)"]
+                  for r in measured])
+    missing = [f"{r['model']} ({r['not_measured']})" for r in rows if "not_measured" in r]
+    return text + (f"\n\nNot measured: {'; '.join(missing)}." if missing else "")
+
+
+def cuda(results: dict) -> str:
+    """The CUDA section: a GPU run's figures (tools/bench_cuda.py), or what to run while there is none."""
+    part = results.get("cuda")
+    if not part:
+        return ("Not measured yet: no reference run on a CUDA GPU. On a machine with one, "
+                "`python -m tools bench --parts cuda --reference` measures this section and adds it to the reference "
+                "(tools/gpu/check.sh does so where the test tools must be brought as wheels).")
+    out = [_cuda_environment(part["environment"]), "### The notebooks on the GPU", notebooks(part), widgets(part),
+           claims(part)]
+    if "scale" in part:
+        out += ["### At scale on the GPU"] + _scale_tables(part["scale"])
+    if "architectures" in part:
+        out += ["### The instruments on real architectures, built without weights",
+                _architectures(part["architectures"])]
     return "\n\n".join(out)
 
 
@@ -173,7 +212,7 @@ def drawing(results: dict) -> str:
 
 
 BLOCKS = {"environment": environment, "targets": targets, "notebooks": notebooks, "widgets": widgets,
-          "claims": claims, "nbval": nbval, "scale": scale, "drawing": drawing}
+          "claims": claims, "nbval": nbval, "scale": scale, "drawing": drawing, "cuda": cuda}
 
 
 def render(page: str, results: dict) -> str:

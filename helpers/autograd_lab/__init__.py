@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the same names and homes as _HOMES (a test keeps them in st
     from .distributed import AllReduceLog, DistributedRunError, torchrun
     from .errors import shows_error
     from .graph import chain, draw_graph, graph_nodes
-    from .measure import PeakMemory, SavedTensors, count_nodes, held_bytes, time_call
+    from .measure import PeakMemory, SavedTensors, allocator_peak, count_nodes, held_bytes, time_call
     from .modules import record_modules
     from .readiness import choose_device, environment_report
     from .stepper import describe_step, draw_step
@@ -38,6 +38,7 @@ _HOMES = {
     "DistributedRunError": "distributed",
     "PeakMemory": "measure",
     "SavedTensors": "measure",
+    "allocator_peak": "measure",
     "chain": "graph",
     "check_accumulation": "accumulation",
     "choose_device": "readiness",
@@ -57,10 +58,12 @@ _HOMES = {
     "torchrun": "distributed",
 }
 
-__all__ = ["AllReduceLog", "DistributedRunError", "PeakMemory", "SavedTensors", "chain", "check_accumulation",
-    "choose_device", "count_nodes", "describe_step", "draw_graph", "draw_step", "draw_timeline",
-    "environment_report", "graph_nodes", "held_bytes", "live", "record_modules", "shows_error", "time_call",
-    "timeline_text", "torchrun"]  # the keys of _HOMES, written out for editors
+__all__ = [
+    "AllReduceLog", "DistributedRunError", "PeakMemory", "SavedTensors", "allocator_peak", "chain",
+    "check_accumulation", "choose_device", "count_nodes", "describe_step", "draw_graph", "draw_step",
+    "draw_timeline", "environment_report", "graph_nodes", "held_bytes", "live", "record_modules", "shows_error",
+    "time_call", "timeline_text", "torchrun",
+]  # the keys of _HOMES, written out for editors
 __version__ = "0.1.0"
 
 

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import inspect
 import itertools
 import math
 import random
+import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ import torch
 from torch import nn
 
 from .arguments import check_int
+from .graphmodel import visit
 
 __all__ = ["AccumulationReport", "SCALES", "check_accumulation"]
 
@@ -64,6 +67,9 @@ _FAMILIES = {
 _FLOAT32_ATOL, _FLOAT32_RTOL = 1e-5, 1e-4
 _LOW_PRECISION_EPS_FACTOR = 4
 _NAMES_SHOWN = 3  # non-finite gradients named in a report line
+# Run-to-run noise: when the full batch run twice differs from itself, differences up to this many times its own
+# count as that noise (two noisy runs are compared, and a largest difference varies from draw to draw).
+_NOISE_FACTOR = 4
 
 
 # --------------------------------------------------------------------------- the report
@@ -92,6 +98,8 @@ class AccumulationReport:
     params_max_diff: float | None = None
     not_finite: list = field(default_factory=list)  # gradients holding NaN or inf: then there is no verdict
     notes: list = field(default_factory=list)  # what an agreement does not promise (e.g. dropout's draws)
+    run_to_run: float | None = None  # largest |full - full again| over the gradients, when the two differ
+    nondeterministic: list = field(default_factory=list)  # the likely kernels then ("index_add (IndexAddBackward0)")
 
     def __bool__(self):
         return self.agree
@@ -101,6 +109,9 @@ class AccumulationReport:
             shown = "; ".join(self.not_finite[:_NAMES_SHOWN])
             more = len(self.not_finite) - _NAMES_SHOWN
             return f"  gradients:  NOT FINITE -- NaN or inf in {shown}" + (f" and {more} more" if more > 0 else "")
+        if self.grads_agree and self.run_to_run is not None:
+            return (f"  gradients:  AGREE with the full batch as closely as it agrees with itself (largest difference "
+                    f"{_fmt(self.max_diff)}; the full batch run twice: {_fmt(self.run_to_run)})")
         if self.grads_agree:
             return "  gradients:  AGREE with the full batch (differences within float rounding)"
         return (
@@ -349,12 +360,25 @@ def _scalar_loss(loss):
 
 
 @dataclass(frozen=True)
+class _Noise:
+    """How far the full batch, run twice from the same weights and seed, lands from itself: the largest
+    difference of the gradients, of the floating-point buffers and of the parameters after the step."""
+
+    grads: float
+    buffers: float = 0.0
+    params: float = 0.0
+
+
+@dataclass(frozen=True)
 class _Tolerance:
-    """How close counts as equal. ``scaled``: ``atol`` is relative to the largest reference value."""
+    """How close counts as equal. ``scaled``: ``atol`` is relative to the largest reference value. ``noise``: the
+    run-to-run differences of a model whose backward is not repeatable; differences up to ``_NOISE_FACTOR`` times
+    them count as equal too, each kind (grads, buffers, params) against its own."""
 
     atol: float
     rtol: float
     scaled: bool = False
+    noise: _Noise | None = None
 
     @classmethod
     def for_model(cls, model, atol, rtol):
@@ -366,10 +390,12 @@ class _Tolerance:
         rounding = _LOW_PRECISION_EPS_FACTOR * eps
         return cls(rounding if atol is None else atol, rounding if rtol is None else rtol, scaled=atol is None)
 
-    def all_close(self, values, reference):
-        """Do two dicts of tensors (same keys) agree entry by entry?"""
+    def all_close(self, values, reference, kind: str = "grads"):
+        """Do two dicts of tensors (same keys) agree entry by entry? ``kind``: what they are (for the noise)."""
         scale = max((float(r.detach().abs().max()) for r in reference.values() if r.numel()), default=0.0)
         atol = self.atol * scale if self.scaled else self.atol
+        if self.noise is not None:
+            atol = max(atol, _NOISE_FACTOR * getattr(self.noise, kind))
         return all(torch.allclose(values[n].double(), reference[n].double(), atol=atol, rtol=self.rtol)
                    for n in reference)
 
@@ -377,7 +403,7 @@ class _Tolerance:
         out = []
         for n, y in reference.items():
             x = values[n]
-            same = self.all_close({n: x}, {n: y}) if x.is_floating_point() else torch.equal(x, y)
+            same = self.all_close({n: x}, {n: y}, "buffers") if x.is_floating_point() else torch.equal(x, y)
             if not same:
                 out.append(f"{n} (full batch {y.item()}, accumulated {x.item()})"
                            if x.numel() == 1 and not x.is_floating_point() else n)
@@ -444,7 +470,7 @@ class _Comparison:
         if _not_finite(a.grads, "") or _not_finite(f.grads, ""):
             return False
         ok = tol.all_close(a.grads, f.grads) and not tol.buffers_differ(a.buffers, f.buffers)
-        return ok and (f.params is None or tol.all_close(a.params, f.params))
+        return ok and (f.params is None or tol.all_close(a.params, f.params, "params"))
 
 
 def _devices(model, inputs):
@@ -819,8 +845,9 @@ def _diagnose(setup: _Setup, sizes, scale, tol, ratio, grads_agree, buffers_diff
     return [_FAMILY_CAUSE[f] for f in present] + [_MIXING_CAUSE]
 
 
-def _first_report(setup: _Setup, sizes, scale, tol) -> tuple[AccumulationReport, float]:
-    """The report of the comparison as asked (before any cause is looked for), and the gradients' ratio."""
+def _first_report(setup: _Setup, sizes, scale, tol) -> tuple[AccumulationReport, float, _Comparison]:
+    """The report of the comparison as asked (before any cause is looked for), the gradients' ratio, and the
+    comparison itself."""
     first = _compare(setup, sizes, scale)
     full, acc = first.full, first.accumulated
     d = _differences(acc.grads, full.grads)
@@ -830,14 +857,86 @@ def _first_report(setup: _Setup, sizes, scale, tol) -> tuple[AccumulationReport,
         not_finite=_not_finite(full.grads, "full batch") + _not_finite(acc.grads, "accumulated"),
     )
     if report.not_finite:
-        return report, d.ratio
+        return report, d.ratio, first
+    if full.params is not None:
+        report.params_max_diff = max(float((acc.params[n] - full.params[n]).abs().max()) for n in full.params)
+    _set_verdict(report, first, tol)
+    return report, d.ratio, first
+
+
+def _set_verdict(report: AccumulationReport, first: _Comparison, tol: _Tolerance) -> None:
+    """The report's verdicts (gradients, buffers, parameters, all) on ``first``, judged with ``tol``."""
+    full, acc = first.full, first.accumulated
     report.grads_agree = tol.all_close(acc.grads, full.grads)
     report.buffers_differ = tol.buffers_differ(acc.buffers, full.buffers)
     if full.params is not None:
-        report.params_agree = tol.all_close(acc.params, full.params)
-        report.params_max_diff = max(float((acc.params[n] - full.params[n]).abs().max()) for n in full.params)
+        report.params_agree = tol.all_close(acc.params, full.params, "params")
     report.agree = report.grads_agree and not report.buffers_differ and report.params_agree is not False
-    return report, d.ratio
+
+
+# --------------------------------------------------------------------------- run-to-run noise
+
+
+def _largest_difference(a: dict, b: dict) -> float:
+    return max((float((a[n].double() - b[n].double()).abs().max()) for n in b
+                if b[n].is_floating_point() and b[n].numel()), default=0.0)
+
+
+def _run_to_run(setup: _Setup, full: _Outcome) -> _Noise | None:
+    """The full batch run once more, from the same weights and seed: how far it lands from ``full``, or None when
+    it lands exactly there (a repeatable backward)."""
+    again = _run(setup, _Variant((setup.n,), (1.0,)))
+    noise = _Noise(_largest_difference(again.grads, full.grads), _largest_difference(again.buffers, full.buffers),
+                   _largest_difference(again.params, full.params) if full.params is not None else 0.0)
+    return noise if (noise.grads, noise.buffers, noise.params) != (0.0, 0.0, 0.0) else None
+
+
+# grad_fn names (a pattern) whose CUDA backward kernels may add with atomic operations, so that the order of the
+# additions, and with it the last bits of the sum, changes from run to run; and what a learner wrote to get them.
+_ATOMIC_BACKWARDS = (
+    (r"IndexAdd|IndexSelect", "index_add (index_add_, or index_select's backward)"),
+    (r"Index|IndexPut|Put", "index_put_ with accumulate=True (the backward of indexing with a tensor, x[idx])"),
+    (r"Gather|ScatterAdd|ScatterReduce", "scatter_add (scatter_add_, scatter_reduce, or gather's backward)"),
+    (r"Embedding|EmbeddingBag", "embedding backward (nn.Embedding, nn.EmbeddingBag)"),
+    (r"Upsample\w*", "interpolate's backward"),
+    (r"Adaptive(Avg|Max)Pool\w*|AvgPool3D|MaxPool3D\w*|FractionalMaxPool\w*", "pooling backward"),
+    (r"(Reflection|Replication)Pad\w*", "reflection or replication padding's backward"),
+    (r"NllLoss2D|CtcLoss|GridSampler\w*", "nll_loss over a map, ctc_loss or grid_sample"),
+    (r"Convolution|CudnnConvolution", "convolution backward (cuDNN may pick such kernels unless "
+                                      "torch.backends.cudnn.deterministic = True)"),
+)
+
+
+def _likely_kernels(setup: _Setup) -> list:
+    """The operations in the full batch's graph whose backward may not repeat itself: the kernels of
+    ``_ATOMIC_BACKWARDS`` (with the grad_fn names found) and custom autograd Functions."""
+    x, y = setup.batch()
+    m = _prepared_copy(setup.model, ())
+    with torch.random.fork_rng(devices=list(setup.devices)):
+        torch.manual_seed(setup.seed)
+        nodes = visit([setup.loss(m, x, y).grad_fn])[0]
+    names = {re.sub(r"\d+$", "", type(fn).__name__): type(fn).__name__ for fn in nodes}
+    found = []
+    for pattern, kernel in _ATOMIC_BACKWARDS:
+        hits = sorted(full for short, full in names.items() if re.fullmatch(f"(?:{pattern})Backward", short))
+        if hits:
+            found.append(f"{kernel} in {', '.join(hits)}")
+    custom = sorted({type(fn).__name__ for fn in nodes if isinstance(fn, torch.autograd.function.BackwardCFunction)})
+    if custom:
+        found.append(f"custom autograd Functions, whose backward is yours, in {', '.join(custom)}")
+    return found
+
+
+def _noise_note(report: AccumulationReport) -> str:
+    kernels = ("; ".join(report.nondeterministic) if report.nondeterministic else
+               "none of the usual suspects is in the graph (index_add, scatter_add, embedding backward, ...)")
+    verdict = ("that noise is the only difference, so the verdict holds to that precision"
+               if report.agree else "the difference above is larger than that noise")
+    return (f"the full batch run twice, from the same weights and seed, differs from itself by up to "
+            f"{_fmt(report.run_to_run)}: {verdict}. Some backward adds in an order that changes from run to run; on "
+            f"a GPU, kernels that add with atomic operations do. Likely here: {kernels}. "
+            "torch.use_deterministic_algorithms(True) makes such runs repeat (and raises where an operation has no "
+            "deterministic kernel).")
 
 
 @contextlib.contextmanager
@@ -877,9 +976,24 @@ _TF32_NOTE = ("TF32 was switched off while the check ran (torch.backends.cudnn.a
               "by about 1e-3 relative. A training run with TF32 on accumulates just as well, to that precision.")
 
 
+def _judged_with_noise(setup: _Setup, report: AccumulationReport, first: _Comparison, tol: _Tolerance) -> _Tolerance:
+    """When the full batch does not repeat itself: the report judged again at the precision it does (and says so),
+    and the tolerance that allows for that noise, for the search of a cause; else ``tol`` unchanged."""
+    noise = _run_to_run(setup, first.full)
+    if noise is None:
+        return tol
+    tol = dataclasses.replace(tol, noise=noise)
+    _set_verdict(report, first, tol)
+    report.run_to_run, report.nondeterministic = noise.grads, _likely_kernels(setup)
+    report.notes.append(_noise_note(report))
+    return tol
+
+
 def _judged(setup: _Setup, sizes, scale, tol) -> AccumulationReport:
     """The comparison as asked, the causes when it fails, and the notes on what the verdict does not promise."""
-    report, ratio = _first_report(setup, sizes, scale, tol)
+    report, ratio, first = _first_report(setup, sizes, scale, tol)
+    if not report.not_finite and not report.agree:
+        tol = _judged_with_noise(setup, report, first, tol)
     if report.not_finite:
         report.causes = [_NOT_FINITE_CAUSE]
     elif not report.agree:
@@ -941,6 +1055,13 @@ def check_accumulation(
     ...). Gradients that come out NaN or inf give a report with no verdict.
     Causes are found by what the model and loss do: dropout by whether the loss changes with the seed (p = 0 is
     no dropout), a loss over the items that count by the weights that make the micro-batch gradients add up.
+    When the two steps differ, the full batch is run once more from the same weights and seed: if it differs
+    from itself (a backward whose additions come in another order each run, as atomic additions on a GPU do),
+    differences up to a few times that much count as equal, the report says by how much it differs from itself
+    (``report.run_to_run``) and names the likely operations (``report.nondeterministic``: index_add,
+    scatter_add, embedding backward, ... and custom autograd Functions found in the graph).
+    TF32 (matrix products and cuDNN convolutions on a GPU) is off while the check runs, and your settings are
+    put back after; the report notes it when it was on.
     """
     _check_callables(model, loss_fn, optimizer)
     if k is None:

@@ -23,7 +23,8 @@ from torch.utils._pytree import tree_leaves
 from .arguments import check_int, check_seconds
 from .graphmodel import roots_of, visit
 
-__all__ = ["PeakMemory", "SavedTensors", "count_nodes", "time_call", "Timing", "heap_bytes", "held_bytes"]
+__all__ = ["PeakMemory", "SavedTensors", "allocator_peak", "count_nodes", "time_call", "Timing", "heap_bytes",
+           "held_bytes"]
 
 
 def count_nodes(tensors) -> int:
@@ -147,7 +148,7 @@ class PeakMemory(TorchDispatchMode):
     existed before the block (parameters, inputs) are not counted, nor are views of them; a ``.grad`` made in
     the block is. It counts tensors, not the allocator: memory a kernel uses only inside itself and what a
     caching allocator keeps in reserve are not in it. It works the same on every device; on CUDA,
-    ``torch.cuda.max_memory_allocated`` measures the allocator itself.
+    :func:`allocator_peak` reads the allocator itself.
 
     Using one instance again starts a fresh count; opening it while it is open is an error.
     """
@@ -193,6 +194,37 @@ class PeakMemory(TorchDispatchMode):
 
     def __repr__(self):
         return f"PeakMemory({self.bytes} bytes at the peak)"
+
+
+def allocator_peak(fn, device) -> int:
+    """Bytes the CUDA caching allocator had handed out at its peak while ``fn()`` ran, above what it had handed
+    out when ``fn`` started (``torch.cuda.max_memory_allocated``, its peak statistics reset first).
+
+    What :class:`SavedTensors` and :class:`PeakMemory` count are tensors, the same on every device; this is the
+    allocator's own count on a GPU, which also holds the workspaces that libraries such as cuBLAS and cuDNN take
+    from it, with each block rounded up to the allocator's sizes. What the allocator keeps cached for reuse,
+    and what nvidia-smi shows beside it, are not in it. ``device``: a CUDA device (``"cuda"``, ``"cuda:1"``, a
+    ``torch.device``); on another device there is no such allocator, and the call says what counts there.
+    """
+    if not callable(fn):
+        raise TypeError(f"allocator_peak expects a function taking no arguments, got {type(fn).__name__}.")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise TypeError(f"device must be a CUDA device such as 'cuda' or torch.device('cuda'), got {device!r}.") \
+            from None
+    if device.type != "cuda":
+        raise ValueError(f"allocator_peak measures the CUDA caching allocator, and {device} has none: there, count "
+                         "the tensors with SavedTensors (saved for backward) or PeakMemory (all alive at once).")
+    if not torch.cuda.is_available():
+        raise RuntimeError("allocator_peak needs a CUDA GPU, and torch sees none here (torch.cuda.is_available() "
+                           "is False).")
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    start = torch.cuda.memory_allocated(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - start
 
 
 def _storage_id(t: torch.Tensor):

@@ -167,6 +167,52 @@ def test_peak_memory_counts_what_is_alive_at_once_counted_by_hand():
     assert peak.bytes == 4 * MIB and peak.mib == 4.0
 
 
+def test_saved_and_live_bytes_are_the_same_count_on_every_device(device):
+    """Both instruments count tensors: a GPU's saved activations and peak are the CPU's, byte for byte."""
+    x = torch.randn(100, device=device)
+    w = torch.randn(100, requires_grad=True, device=device)
+    with lab.SavedTensors(exclude=[x, w]) as saved:
+        out = torch.tanh(w * x) ** 2
+    assert (saved.bytes, saved.storages, saved.tensors) == (400, 1, 3)
+    with lab.PeakMemory() as peak:
+        a = torch.zeros(256, 1024, device=device)
+        b = a + 1                           # 2 MiB alive: the peak
+        del a, b
+    assert peak.bytes == 2 * MIB
+    del out
+
+
+# ---------------------------------------------------------------- allocator_peak
+
+
+def test_allocator_peak_reads_the_cuda_allocator_above_what_was_there(device):
+    if device.type != "cuda":
+        with pytest.raises(ValueError, match="measures the CUDA caching allocator, and cpu has none: .*SavedTensors"):
+            lab.allocator_peak(lambda: None, device)
+        return
+    kept = torch.zeros(1024, 1024, device=device)  # 4 MiB allocated before: not counted
+
+    def two_at_once():
+        a = torch.zeros(256, 1024, device=device)
+        b = a + 1                           # 2 MiB alive at once
+        del a, b
+
+    peak = lab.allocator_peak(two_at_once, device)
+    assert 2 * MIB <= peak < 3 * MIB, peak
+    assert lab.allocator_peak(lambda: None, str(device)) == 0
+    del kept
+
+
+def test_allocator_peak_says_what_is_wrong(monkeypatch):
+    with pytest.raises(TypeError, match="expects a function taking no arguments"):
+        lab.allocator_peak(torch.zeros(3), "cuda")
+    with pytest.raises(TypeError, match="device must be a CUDA device"):
+        lab.allocator_peak(lambda: None, "gpu please")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU, and torch sees none here"):
+        lab.allocator_peak(lambda: None, "cuda")
+
+
 def test_peak_memory_leaves_out_what_existed_before_views_of_it_and_in_place_results():
     x = torch.zeros(256, 1024)
     with lab.PeakMemory() as peak:

@@ -6,7 +6,8 @@
 - rule 1, n_i / n, gives the full-batch gradient only when every rank holds as many samples; with unequal ranks
   N / world does (ddp-md, scale, scale-after, outro, exercise 1's prompt and check);
 - FSDP gathers for every forward and backward only at its defaults; the knobs it names exist (fsdp-md);
-- on a cluster the data moves to the GPU too (scale-out-md).
+- on a cluster the data moves to the GPU too (scale-out-md);
+- beside one GPU the two ranks stay on the CPU: NCCL refuses two ranks on one device (intro; checked on a GPU).
 """
 
 from __future__ import annotations
@@ -141,3 +142,35 @@ def test_on_a_cluster_the_data_moves_to_the_gpu_too():
     told = source("scale-out-md")
     assert "Nothing in the accumulation loop changes" not in told
     assert "`x.cuda(local_rank)`, `y.cuda(local_rank)`" in told
+
+
+def test_the_notebook_keeps_its_two_ranks_on_the_cpu_beside_one_gpu_and_says_why():
+    told = source("intro")
+    assert "two processes on the CPU (the gloo backend)" in told
+    assert "On a machine with one GPU, keep the two ranks on the CPU" in told
+    assert "NCCL gives each rank a GPU of its own and refuses two ranks on one device" in told
+
+
+TWO_RANKS_ON_ONE_GPU = '''
+import torch
+import torch.distributed as dist
+
+torch.cuda.set_device(0)                 # both ranks on the first GPU
+dist.init_process_group("nccl")
+t = torch.ones(1, device="cuda:0")
+dist.all_reduce(t)                       # NCCL sets up its communicator here
+torch.cuda.synchronize()
+dist.destroy_process_group()
+'''
+
+
+def test_nccl_refuses_two_ranks_on_one_gpu(gpu, tmp_path):
+    """The fact the intro states, on a GPU: two NCCL ranks on one device fail, with NCCL's reason."""
+    from autograd_lab import DistributedRunError, torchrun
+
+    script = tmp_path / "two_ranks_one_gpu.py"
+    script.write_text(TWO_RANKS_ON_ONE_GPU)
+    with pytest.raises(DistributedRunError) as failed:
+        torchrun(script, nproc=2, timeout=120)
+    said = (str(failed.value) + failed.value.tail).lower()
+    assert failed.value.reason == "rank failed" and ("duplicate gpu" in said or "invalid usage" in said), said

@@ -563,3 +563,12 @@ def test_a_hugging_face_models_loss_is_the_mean_over_its_real_tokens_unless_give
     assert ForCausalLMLoss(logits, labels, 9) == pytest.approx((summed / real).item())
     assert ForCausalLMLoss(logits, labels, 9, num_items_in_batch=torch.tensor(50)) == pytest.approx(
         (summed / 50).item())
+
+
+def test_the_scripts_ranks_stay_on_the_cpu_beside_a_gpu_as_the_notebook_says():
+    """Its Accelerators take cpu=True (one GPU cannot hold two NCCL ranks: notebook 06 states and tests that)."""
+    cells = {c.get("id"): "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]}
+    made = [line for line in cells["script-main"].splitlines() if "Accelerator(" in line]
+    assert len(made) == 2 and all("cpu=True" in line for line in made), made
+    told = " ".join(cells["tokens-md"].split())
+    assert "Its ranks stay on the CPU (`cpu=True`) even beside a GPU" in told and "(notebook 06)" in told

@@ -229,18 +229,18 @@ def test_the_post_accumulate_hook_is_for_leaves_only():
 
 # ------------------------------------------------------------------------------------ 5. freezing
 
-def test_eval_records_no_grad_does_not_and_frozen_parameters_get_no_grad():
+def test_eval_records_no_grad_does_not_and_frozen_parameters_get_no_grad(device):
     torch.manual_seed(1)
-    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Dropout(0.3), nn.Linear(4, 2))
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Dropout(0.3), nn.Linear(4, 2)).to(device)
     model[3].requires_grad_(False)
     model.eval()
-    out = model(torch.randn(5, 3))
+    out = model(torch.randn(5, 3, device=device))
     assert out.requires_grad and out.grad_fn is not None
     out.sum().backward()
     for name, p in model.named_parameters():
         assert (p.grad is None) == name.startswith("3."), name
     with torch.no_grad():
-        assert not model(torch.randn(5, 3)).requires_grad
+        assert not model(torch.randn(5, 3, device=device)).requires_grad
 
 
 OPTIMIZERS = {

@@ -63,10 +63,10 @@ def test_seed_example_full_batch_gives_the_same_grad_and_step():
     lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=1e-3),
     lambda p: torch.optim.Adam(p, lr=0.01),
 ], ids=["sgd-momentum", "adam"])
-def test_mlp_full_batch_and_accumulated_training_end_equal(make):
+def test_mlp_full_batch_and_accumulated_training_end_equal(make, device):
     torch.manual_seed(0)
-    X, Y = torch.randn(64, 8), torch.randn(64, 1)
-    mlp = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    X, Y = torch.randn(64, 8).to(device), torch.randn(64, 1).to(device)
+    mlp = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1)).to(device)
     a, b = copy.deepcopy(mlp), copy.deepcopy(mlp)
     oa, ob = make(a.parameters()), make(b.parameters())
     for _ in range(5):
@@ -152,10 +152,10 @@ def test_adams_first_step_is_lr_times_g_over_abs_g_plus_eps(g):
 # --------------------------------------------------------------------------- memory
 
 
-def test_saved_for_backward_memory_falls_exactly_as_one_over_k():
+def test_saved_for_backward_memory_falls_exactly_as_one_over_k(device):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
-    X, Y = torch.randn(256, 16), torch.randn(256, 4)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4)).to(device)
+    X, Y = torch.randn(256, 16).to(device), torch.randn(256, 4).to(device)
 
     def peak(k):
         best = 0
@@ -174,11 +174,32 @@ def test_saved_for_backward_memory_falls_exactly_as_one_over_k():
     assert grads == sum(p.numel() * p.element_size() for p in model.parameters())  # .grad does not shrink
 
 
-def test_with_adam_the_total_for_the_notebooks_model_does_not_even_halve_at_k_16():
+def test_on_a_gpu_the_allocator_peak_of_the_notebooks_accumulation_falls_with_k_and_holds_more_than_it_saved(gpu):
+    """04's line for a GPU (the CUDA allocator's peak beside the bytes saved), on its model and batch."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)).to(gpu)
+    X, Y = torch.randn(512, 64, device=gpu), torch.randn(512, 10, device=gpu)
+    saved = {}
+
+    def accumulate(k):
+        for x, y in zip(X.chunk(k), Y.chunk(k)):
+            with lab.SavedTensors(exclude=[x, y, *model.parameters()]) as s:
+                loss = F.mse_loss(model(x), y) / k
+            loss.backward()
+            saved[k] = max(saved.get(k, 0), s.bytes)
+        model.zero_grad()
+
+    accumulate(1)  # the libraries' workspaces, allocated once, before the measurements
+    peaks = {k: lab.allocator_peak(lambda k=k: accumulate(k), gpu) for k in (1, 16)}
+    assert peaks[16] < peaks[1] and all(peaks[k] > saved[k] for k in peaks), (peaks, saved)
+
+
+def test_with_adam_the_total_for_the_notebooks_model_does_not_even_halve_at_k_16(device):
     """Notebook 04's model (64-256-256-10, batch 512): parameters + .grad + Adam state + saved tensors."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
-    X, Y = torch.randn(512, 64), torch.randn(512, 10)
+    model = model.to(device)
+    X, Y = torch.randn(512, 64).to(device), torch.randn(512, 10).to(device)
 
     def saved(k):  # every micro-batch of an even split keeps the same bytes: measure the first one
         x, y = X[: len(X) // k], Y[: len(Y) // k]
@@ -512,10 +533,10 @@ def peak_saved(model, x, k):
     return peak
 
 
-def test_plain_layers_save_exactly_one_over_k():
+def test_plain_layers_save_exactly_one_over_k(device):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 128), nn.Tanh(), nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 4))
-    x = torch.randn(256, 32)
+    model = nn.Sequential(nn.Linear(32, 128), nn.Tanh(), nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 4)).to(device)
+    x = torch.randn(256, 32).to(device)
     full = peak_saved(model, x, 1)
     assert all(full == k * peak_saved(model, x, k) for k in (2, 4, 8, 16))
 

@@ -450,11 +450,21 @@ def test_reading_the_trapped_weights_grad_gives_none_and_a_warning_that_names_re
     assert torch.equal(kept.grad, torch.tensor([1.0, 2.0, 3.0]))
 
 
-@pytest.mark.parametrize("device", ["meta"] + (["cuda"] if torch.cuda.is_available() else []))
-def test_to_another_device_copies_and_is_not_a_leaf(device):
+@pytest.mark.parametrize("target", ["meta", torch.float64], ids=["meta", "float64"])
+def test_to_another_device_or_dtype_copies_and_is_not_a_leaf(target):
+    w = torch.rand(3, requires_grad=True)
+    moved = w.to(target)
+    assert moved is not w and not moved.is_leaf and moved.grad_fn is not None
+
+
+def test_to_the_notebooks_device_is_the_tensor_itself_on_the_cpu_and_a_copy_on_a_gpu(device):
+    """The to-device cell's device-specific line: on the CPU, w itself (a leaf); on a GPU, a copy (not a leaf)."""
     w = torch.rand(3, requires_grad=True)
     moved = w.to(device)
-    assert moved is not w and not moved.is_leaf and moved.grad_fn is not None
+    on_cpu = device.type == "cpu"
+    assert (moved is w) == on_cpu and moved.is_leaf == on_cpu and (moved.grad_fn is None) == on_cpu
+    cell = next(c for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"] if c.get("id") == "to-device")
+    assert "".join(cell["outputs"][0]["text"]) == "on cpu: w.to(device) is w -> True, is_leaf -> True\n"
 
 
 # ---------------------------------------------------------------- section 3: where a gradient stops

@@ -5,6 +5,7 @@ facts are checked independently of it; the tests at the end read the notebook fo
 order (every Predict before what answers it) and run its widget's function.
 """
 
+import copy
 import json
 from collections import Counter
 from pathlib import Path
@@ -67,8 +68,9 @@ def test_seed_examples_give_the_seed_values_and_equal_gradients():
     assert m1.weight.grad.item() == m2.weight.grad.item() == -20.0
 
 
-def test_mlp_gradients_equal(mlp, data):
-    x, y = data[0][:50], data[1][:50]
+def test_mlp_gradients_equal(mlp, data, device):
+    mlp = copy.deepcopy(mlp).to(device)
+    x, y = data[0][:50].to(device), data[1][:50].to(device)
     g_vec = torch.autograd.grad(mean_loss(mlp, x, y), list(mlp.parameters()))
     g_loop = torch.autograd.grad(loop_loss(mlp, x, y), list(mlp.parameters()))
     for a, b in zip(g_vec, g_loop):
@@ -156,8 +158,9 @@ def saved_bytes(loss_fn, model, x, y):
 
 
 @pytest.mark.parametrize("n", [10, 100, 1000])
-def test_saved_bytes_equal_for_the_mlp(n, mlp, data):
-    x, y = data[0][:n], data[1][:n]
+def test_saved_bytes_equal_for_the_mlp(n, mlp, data, device):
+    mlp = copy.deepcopy(mlp).to(device)
+    x, y = data[0][:n].to(device), data[1][:n].to(device)
     vec, loop = saved_bytes(mean_loss, mlp, x, y), saved_bytes(loop_loss, mlp, x, y)
     assert vec.bytes == loop.bytes == n * (64 + 1) * 4  # tanh outputs and errors, float32
     assert (vec.storages, loop.storages) == (2, 2 * n)
@@ -252,8 +255,9 @@ def test_a_plain_layer_and_a_weight_cached_for_the_whole_loss_add_nothing_per_sa
 # ---------------------------------------------------------------- section 5: per-sample gradients
 
 
-def test_per_sample_gradients_loop_equals_vmap_and_their_mean_is_the_batch_gradient(mlp, data):
-    x, y = data[0][:20], data[1][:20]
+def test_per_sample_gradients_loop_equals_vmap_and_their_mean_is_the_batch_gradient(mlp, data, device):
+    mlp = copy.deepcopy(mlp).to(device)
+    x, y = data[0][:20].to(device), data[1][:20].to(device)
     params = {k: v.detach() for k, v in mlp.named_parameters()}
     vmapped = vmap(grad(lambda p, xk, yk: ((yk - functional_call(mlp, p, (xk,))) ** 2).sum()), in_dims=(None, 0, 0))(
         params, x, y
