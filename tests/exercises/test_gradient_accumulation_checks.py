@@ -686,7 +686,7 @@ def test_04_step_counts_right_in_any_number_type(answer):
     ([8, 8, 8, 8, 8, 9, 8, 8, 8, 8], "the first step comes at i = 1"),  # the (i + 1) loop's steps
     ([2, 8, 8, 8, 8], "5 steps an epoch, 10 in 2 epochs, and your list has 5 counts"),  # one epoch only
     ([2, 8, 8, 8, 8, 7, 9, 8, 8, 8, 8, 7], "(0 - 1) % k is k - 1"),  # the tail counted as a step of its own
-    ((5, 5, 6), "at i = 1, 9, 17, ..."),  # the old question's answer: step counts of three loops
+    ((5, 5, 6), "at i = 1, 9, 17, ..."),  # three loops' step positions, not .grad counts
     ([2, 8, 8, 7, 8, 9, 8, 8, 8, 8], "step 4: between two steps of one epoch, k = 8 micro-batches run"),
     ([], "your list has 0 counts"),
 ])

@@ -48,7 +48,7 @@ def test_summed_loss_folds_its_chain_of_additions(n):
 def test_a_big_graph_without_repeats_is_still_drawn_when_it_can_be_laid_out_in_time():
     z = torch.tensor(0.5, requires_grad=True)
     for _ in range(300):
-        z = z.sin().cos()  # 600 nodes; no two neighbours alike, nothing to fold: above the old fixed cap of 500
+        z = z.sin().cos()  # 600 nodes, more than MAX_NODES; no two neighbours alike, nothing to fold
     g = draw_graph(z)
     assert "image/svg+xml" in g._repr_mimebundle_() and not g.summary_only
 

@@ -529,7 +529,7 @@ def test_the_walk_is_one_order_and_the_engine_may_take_another_with_the_same_gra
         assert_close(by_hand[b], b.grad)
     text = {c["id"]: "".join(c["source"]) for c in _cells()}
     assert "which nodes\nmust run before `b`'s `AccumulateGrad`?" in text["step-md"]
-    assert "w` or `b`" not in text["step-md"]  # not the old question, which only the walk's order answered
+    assert "w` or `b`" not in text["step-md"]  # a question only the walk's order would answer
     assert "one reverse\ntopological order; PyTorch's engine may take another" in text["mlp-md"]
 
 
