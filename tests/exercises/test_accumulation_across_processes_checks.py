@@ -243,7 +243,7 @@ def test_06_ddp_accumulation_a_loop_that_never_ends_is_stopped():
         time.sleep(600)
 
     with pytest.raises(ex06.DistributedRunError) as failure:
-        ex06._run_on_ranks([ex06._portable(sleeps)], seed=1, timeout=20)
+        ex06._run_on_ranks([ex06._portable(sleeps)], seed=1, timeout=10)
     assert failure.value.reason == "timeout"
 
 

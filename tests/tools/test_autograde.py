@@ -1,9 +1,5 @@
 """Grading with the classroom kit: every worked solution passes its check, and nbgrader's round trip.
 
-- **Every reference solution through its check, cheaply.** A solution that reads only what the notebook
-  imports runs without the rest of the notebook: in one Python process, each in a fresh namespace holding the
-  notebook's setup cell and imports, its solution cell as nbgrader's source holds it, then the autograder's
-  locked test line (``_autograded = ex.check_...(answer).assert_passed()``), which must not raise.
 - **The nbgrader round trip** (``nbgrader generate_assignment``, ``autograde`` twice, ``generate_feedback``):
   the reference submission gets full marks, with no cell failing; a learner's submission -- the student
   release as handed out, every other exercise answered wrongly and the rest left as released -- gets fewer
@@ -14,31 +10,28 @@
   nbgrader processes at once (one course copy each); only the notebooks whose tests are selected are graded.
 
 Every notebook goes round the trip in ``make test-hub``. ``make test`` grades the reference submission of
-each notebook that has no cheap run (a solution reads what the notebook computes) and the learner's of
+each notebook that has no run of its solutions alone (a solution reads what the notebook computes; the others
+run alone in tests/notebooks/test_reveal_cells.py) and the learner's of
 ``LEARNER_IN_MAKE_TEST`` (its exercises ask for a set, a number and a function); the other round-trip
 tests carry the ``autograde`` mark.
 """
 
 from __future__ import annotations
 
-import builtins
 import html
 import importlib.util
 import json
 import shutil
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 import pytest
-from cell_names import global_names, imports
 
-from tools.classroom.cells import is_answer_cell, source_of
+from tools.classroom.cells import source_of
 from tools.classroom.course import code_stub, generate, nbgrader
-from tools.classroom.layout import exercises, reveal_source
-from tools.classroom.source import TEST_SOURCE
+from tools.classroom.layout import exercises
+from tools.classroom.names import standalone_runs
 
 if importlib.util.find_spec("nbgrader") is None:
     pytest.skip("the classroom extra is not installed: pip install -e '.[classroom]'", allow_module_level=True)
@@ -55,91 +48,12 @@ def exercises_of(path: Path):
 # ------------------------------------------------------------------------- solutions without their notebook
 
 
-def solution_cell(ex) -> str:
-    """The solution cell of nbgrader's source without its check call: what the reference submission runs."""
-    return "\n".join(part for part in (ex.scaffold, ex.region) if part)
-
-
-def standalone_runs(path: Path) -> list[dict] | None:
-    """Each exercise's reference run without the rest of the notebook, or None when a solution reads a name
-    that a cell of the notebook computes (rather than imports)."""
-    nb = nbformat.read(path, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code" and not is_answer_cell(c)]
-    setup = source_of(code[0])
-    lines = [line for cell in code for line in imports(source_of(cell))]
-    imported = set().union(global_names(setup)[0], *(global_names(line)[0] for line in lines))
-    computed = set().union(*(global_names(source_of(c))[0] - global_names("\n".join(imports(source_of(c))))[0]
-                             for c in code[1:]))
-    runs = []
-    for ex in exercises(nb, path.parent, path.name):
-        test = TEST_SOURCE.format(call=ex.check_call)
-        needs = global_names(solution_cell(ex) + "\n" + test)[1] - set(dir(builtins))
-        if needs & computed or not needs <= imported:
-            return None
-        runs.append({"key": f"{path.stem}/{ex.solution_id}", "setup": setup, "imports": lines,
-                     "cell": solution_cell(ex), "test": test})
-    return runs
-
-
 WITH_EXERCISES = [aid for aid, path in NOTEBOOKS.items() if exercises_of(path)]
 STANDALONE = {aid: runs for aid in WITH_EXERCISES if (runs := standalone_runs(NOTEBOOKS[aid])) is not None}
 # make test's round trips: every solution without a cheap run (or one notebook, so that nbgrader's full marks
 # are seen), and one learner.
 REFERENCE_IN_MAKE_TEST = [aid for aid in WITH_EXERCISES if aid not in STANDALONE] or WITH_EXERCISES[:1]
 LEARNER_IN_MAKE_TEST = ["01_leaf_tensors"]
-
-RUNNER = r"""
-import json, sys
-results = {}
-for run in json.load(open(sys.argv[1])):
-    namespace = {"__name__": "__main__"}
-    try:
-        for part in (run["setup"], "\n".join(run["imports"]), run["cell"], run["test"]):
-            exec(compile(part, run["key"], "exec"), namespace)
-        results[run["key"]] = "passed"
-    except BaseException as err:  # the check's feedback, or what else went wrong
-        results[run["key"]] = f"{type(err).__name__}: {err}"
-json.dump(results, open(sys.argv[2], "w"))
-"""
-
-
-@pytest.fixture(scope="module")
-def standalone_results(tmp_path_factory):
-    """Every standalone run of every notebook, in one Python process (one import of torch)."""
-    folder = tmp_path_factory.mktemp("solutions")
-    (folder / "runs.json").write_text(json.dumps([run for runs in STANDALONE.values() for run in runs]))
-    done = subprocess.run([sys.executable, "-c", RUNNER, str(folder / "runs.json"), str(folder / "results.json")],
-                          cwd=REPO / "notebooks", capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"the solutions' run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return json.loads((folder / "results.json").read_text())
-
-
-@pytest.mark.parametrize("aid", sorted(STANDALONE))
-def test_every_reference_solution_passes_its_check(standalone_results, aid):
-    failed = {run["key"]: standalone_results[run["key"]] for run in STANDALONE[aid]
-              if standalone_results[run["key"]] != "passed"}
-    assert not failed, f"{aid}: worked solutions that fail the autograder's test line: {failed}"
-
-
-def test_the_cheap_run_reads_what_a_solution_needs_from_the_notebook(tmp_path):
-    """A solution reading a computed name has no cheap run (its notebook is graded in make test instead)."""
-    (tmp_path / "solutions").mkdir()
-    (tmp_path / "solutions" / "01_one.py").write_text("answer = computed + 1\nex.check_one(answer)\n")
-    cells = [nbformat.v4.new_code_cell("import torch"), nbformat.v4.new_code_cell("computed = 2"),
-             nbformat.v4.new_code_cell("from x import checks as ex"),
-             nbformat.v4.new_code_cell("answer = ...\nex.check_one(answer)"),
-             nbformat.v4.new_code_cell(reveal_source("solutions/01_one.py"), metadata={"tags": ["solution-reveal"]})]
-    nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "01_one.ipynb")
-    assert standalone_runs(tmp_path / "01_one.ipynb") is None
-    (tmp_path / "solutions" / "01_one.py").write_text("answer = 3\nex.check_one(answer)\n")
-    (run,) = standalone_runs(tmp_path / "01_one.ipynb")
-    assert run["imports"] == ["import torch", "from x import checks as ex"]
-    assert run["cell"] == "answer = ...\nanswer = 3"
-    assert run["test"].endswith("_autograded = ex.check_one(answer).assert_passed()")
-
-
-# ------------------------------------------------------------------------------- the nbgrader round trip
-
 
 def learner_state(index: int, ex) -> str:
     """What the learner submission does with the index-th exercise of a notebook."""

@@ -22,9 +22,9 @@ from urllib.parse import unquote, urlparse
 
 import nbformat
 import pytest
-from cell_names import global_names
 
 from tools.classroom import annotation, cells, course, handouts, layout, maths, source
+from tools.classroom.names import global_names
 
 if importlib.util.find_spec("nbgrader") is None:
     pytest.skip("the classroom extra is not installed: pip install -e '.[classroom]'", allow_module_level=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -108,18 +107,18 @@ def test_without_a_gpu_a_cuda_case_skips_and_says_why_unless_cuda_is_required(py
 
 @pytest.mark.slow
 def test_every_cuda_case_of_the_suite_is_where_the_claim_suite_looks():
-    collected = subprocess_collect("-m", "cuda", "tests")
-    assert collected, "the suite has CUDA cases"
-    outside = [nodeid for nodeid in collected if not nodeid.startswith(run_cuda_tests.CLAIM_FOLDERS)]
+    """A CUDA case is a test (or a fixture) that takes the conftest's ``device`` or ``gpu`` fixture: every file that
+    has one lies in a folder make test-cuda runs."""
+    import ast
+
+    takers = set()
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and {"device", "gpu"} & {a.arg for a in node.args.args}:
+                takers.add(path.relative_to(REPO).as_posix())
+    assert takers, "the suite has CUDA cases"
+    outside = sorted(path for path in takers if not path.startswith(run_cuda_tests.CLAIM_FOLDERS))
     assert outside == [], f"add their folder to tools/run_cuda_tests.CLAIM_FOLDERS: {outside}"
-
-
-def subprocess_collect(*args) -> list:
-    import subprocess
-
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--collect-only",
-                           "-q", *args], cwd=REPO, capture_output=True, text=True, timeout=600)
-    return [line for line in done.stdout.splitlines() if "::" in line]
 
 
 # --------------------------------------------------------------------------- the sanitiser
