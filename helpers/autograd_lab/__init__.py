@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the same names and homes as _HOMES (a test keeps them in step)
     from .accumulation import check_accumulation
     from .distributed import AllReduceLog, DistributedRunError, torchrun
+    from .drawing import line_chart
     from .errors import shows_error
     from .graph import chain, draw_graph, graph_nodes
     from .measure import PeakMemory, SavedTensors, allocator_peak, count_nodes, held_bytes, time_call
@@ -51,6 +52,7 @@ _HOMES = {
     "graph_nodes": "graph",
     "held_bytes": "measure",
     "shows_error": "errors",
+    "line_chart": "drawing",
     "live": "widgets",
     "record_modules": "modules",
     "time_call": "measure",
@@ -61,8 +63,8 @@ _HOMES = {
 __all__ = [
     "AllReduceLog", "DistributedRunError", "PeakMemory", "SavedTensors", "allocator_peak", "chain",
     "check_accumulation", "choose_device", "count_nodes", "describe_step", "draw_graph", "draw_step",
-    "draw_timeline", "environment_report", "graph_nodes", "held_bytes", "live", "record_modules", "shows_error",
-    "time_call", "timeline_text", "torchrun",
+    "draw_timeline", "environment_report", "graph_nodes", "held_bytes", "line_chart", "live", "record_modules",
+    "shows_error", "time_call", "timeline_text", "torchrun",
 ]  # the keys of _HOMES, written out for editors
 __version__ = "0.1.0"
 

@@ -3,127 +3,16 @@
 
 The loops themselves are written out in the notebooks; these only draw what a loop did.
 
-The drawing is SVG written directly (``Drawing``): a widget redraws it on every change in well under its
-budget, where a matplotlib figure spends most of its time laying out text and encoding a PNG; Jupyter shows
-``image/svg+xml`` in notebooks, widget outputs and slides, a projector scales it without blur, and being
-deterministic, nbval compares it like text. ``Drawing`` keeps its shapes as plain records (``shapes``) as
-well, so tests can ask what was drawn.
+The drawing is SVG written directly (:mod:`autograd_lab.drawing`), cheap enough for a widget to redraw on
+every change.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from xml.sax.saxutils import escape, quoteattr
-
 from .arguments import check_int
+from .drawing import PALETTE, Drawing
 
-__all__ = ["Drawing", "draw_timeline", "timeline_text"]
-
-# --------------------------------------------------------------------------- the SVG drawing
-
-# matplotlib's "tab10", the palette the course's other figures use
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf")
-FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
-
-
-def _num(value: float) -> str:
-    """A coordinate with at most two decimals and no trailing zeros (short, and the same on every machine)."""
-    text = f"{value:.2f}".rstrip("0").rstrip(".")
-    return "0" if text == "-0" else text
-
-
-@dataclass
-class Shape:
-    """One thing drawn: its kind ("rect", "polygon", "text", "line"), its role, its details."""
-
-    kind: str
-    role: str
-    attrs: dict = field(default_factory=dict)
-    text: str = ""
-
-
-class Drawing:
-    """An SVG picture of ``width`` x ``height`` pixels, built shape by shape.
-
-    Shown by Jupyter as a vector image (``_repr_svg_``); printed as ``<Drawing 700x190: title>``.
-    ``role`` names what a shape stands for ("box", "step", "left", "tick", ...) and is written into the SVG as
-    its class, so a test, or a learner reading the source, can find every shape of one kind.
-    """
-
-    def __init__(self, width: int, height: int, title: str = ""):
-        self.width, self.height, self.title = int(width), int(height), str(title)
-        self.shapes: list[Shape] = []
-        self._hatch = False
-
-    # ---- shapes
-    def rect(self, x, y, w, h, *, fill, role, stroke=None, opacity=None, hatch=False):
-        attrs = {"x": _num(x), "y": _num(y), "width": _num(max(w, 0.0)), "height": _num(max(h, 0.0)),
-                 "fill": "url(#hatch)" if hatch else fill}
-        if stroke:
-            attrs["stroke"] = stroke
-        if opacity is not None:
-            attrs["fill-opacity"] = _num(opacity)
-        self._hatch = self._hatch or hatch
-        self.shapes.append(Shape("rect", role, attrs))
-
-    def polygon(self, points, *, fill, role):
-        self.shapes.append(Shape("polygon", role, {"points": " ".join(f"{_num(x)},{_num(y)}" for x, y in points),
-                                                   "fill": fill}))
-
-    def line(self, x1, y1, x2, y2, *, stroke="#444", role):
-        self.shapes.append(Shape("line", role, {"x1": _num(x1), "y1": _num(y1), "x2": _num(x2), "y2": _num(y2),
-                                                "stroke": stroke}))
-
-    def text(self, x, y, text, *, role, size=11, anchor="start", bold=False, fill="#222", rotate=False):
-        attrs = {"x": _num(x), "y": _num(y), "font-size": _num(size), "text-anchor": anchor, "fill": fill}
-        if bold:
-            attrs["font-weight"] = "bold"
-        if rotate:
-            attrs["transform"] = f"rotate(-90 {_num(x)} {_num(y)})"
-        self.shapes.append(Shape("text", role, attrs, str(text)))
-
-    # ---- questions a test asks
-    def of(self, role: str) -> list[Shape]:
-        """The shapes drawn in ``role``, in drawing order."""
-        return [s for s in self.shapes if s.role == role]
-
-    def texts(self, role: str | None = None) -> list[str]:
-        return [s.text for s in self.shapes if s.kind == "text" and (role is None or s.role == role)]
-
-    # ---- display
-    def to_svg(self) -> str:
-        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" height="{self.height}" '
-                 f'viewBox="0 0 {self.width} {self.height}" font-family={quoteattr(FONT)}>',
-                 f"<title>{escape(self.title)}</title>",
-                 f'<rect x="0" y="0" width="{self.width}" height="{self.height}" fill="white"/>']
-        if self._hatch:
-            parts.append('<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
-                         'patternTransform="rotate(45)"><rect width="6" height="6" fill="white"/>'
-                         '<line x1="0" y1="0" x2="0" y2="6" stroke="#b02a37" stroke-width="2"/></pattern></defs>')
-        for s in self.shapes:
-            attrs = " ".join(f"{k}={quoteattr(v)}" for k, v in s.attrs.items())
-            if s.kind == "text":
-                parts.append(f'<text class="{s.role}" {attrs}>{escape(s.text)}</text>')
-            else:
-                parts.append(f'<{s.kind} class="{s.role}" {attrs}/>')
-        parts.append("</svg>")
-        return "\n".join(parts)
-
-    def _repr_svg_(self) -> str:
-        return self.to_svg()
-
-    def save(self, path) -> None:
-        """Write the drawing to an ``.svg`` file (open it in a browser, or put it in slides)."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self.to_svg())
-
-    def __repr__(self):
-        return f"<Drawing {self.width}x{self.height}: {self.title}>" if self.title else \
-            f"<Drawing {self.width}x{self.height}>"
-
-
-# --------------------------------------------------------------------------- an accumulation loop's updates
+__all__ = ["draw_timeline", "timeline_text"]
 
 # The drawing, in pixels. Micro-batches sit side by side in the plot area; the right part holds the legend.
 _WIDTH, _HEIGHT = 700, 168

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from autograd_lab.timeline import Drawing, draw_timeline, timeline_text
+from autograd_lab.timeline import draw_timeline, timeline_text
 
 SVG = "{http://www.w3.org/2000/svg}"
 # the seed's loop, (i - 1) % 10 == 0 over 25 micro-batches: steps after micro-batches 1, 11 and 21
@@ -84,21 +84,3 @@ def test_many_updates_keep_their_colours_but_lose_their_numbers():
     drawing = draw_timeline([[i] for i in range(30)], 30)
     assert not drawing.of("update") and len(drawing.of("step")) == 30
     assert drawing.texts("tick-label") == [str(i) for i in range(0, 30, 5)]
-
-
-def test_jupyter_shows_a_drawing_as_svg_and_prints_a_short_description():
-    drawing = Drawing(700, 168, title="2 optimizer steps")
-    drawing.rect(1, 1, 5, 5, fill="red", role="box")
-    data, _ = InteractiveShell.instance().display_formatter.format(drawing)
-    assert set(data) == {"image/svg+xml", "text/plain"}
-    assert data["text/plain"] == "<Drawing 700x168: 2 optimizer steps>"
-    root = parsed(drawing)
-    assert (root.get("width"), root.get("height")) == ("700", "168")
-    assert repr(Drawing(10, 20)) == "<Drawing 10x20>"
-
-
-def test_a_drawing_saves_to_a_file(tmp_path):
-    drawing = Drawing(10, 10, title="x")
-    drawing.rect(1, 1, 5, 5, fill="red", role="r")
-    drawing.save(tmp_path / "x.svg")
-    assert ET.parse(tmp_path / "x.svg").getroot().find(f"{SVG}rect[@class='r']") is not None
