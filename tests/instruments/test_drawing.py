@@ -5,20 +5,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
+from svg_tree import SVG, parsed
 
 from autograd_lab.drawing import Drawing, line_chart, nice_step
-
-SVG = "{http://www.w3.org/2000/svg}"
-
-
-def parsed(drawing):
-    root = ET.fromstring(drawing._repr_svg_())
-    assert root.tag == f"{SVG}svg"
-    return root
-
-
-def of_class(root, cls):
-    return [e for e in root.iter() if e.get("class") == cls]
 
 
 def test_jupyter_shows_a_drawing_as_svg_and_prints_a_short_description():

@@ -1,26 +1,13 @@
-"""The timelines: which micro-batches fed each optimizer step of an accumulation loop (as text and as a drawing),
-and one DDP update per rank, compute and all-reduce on lanes of their own."""
-
-import xml.etree.ElementTree as ET
+"""The timeline of an accumulation loop: which micro-batches fed each optimizer step, as text and as a drawing."""
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
+from svg_tree import SVG, of_class, parsed
 
 from autograd_lab.timeline import draw_timeline, timeline_text
 
-SVG = "{http://www.w3.org/2000/svg}"
 # the seed's loop, (i - 1) % 10 == 0 over 25 micro-batches: steps after micro-batches 1, 11 and 21
 SEEDS_GROUPS = [[0, 1], list(range(2, 12)), list(range(12, 22))]
-
-
-def parsed(drawing):
-    root = ET.fromstring(drawing._repr_svg_())
-    assert root.tag == f"{SVG}svg"
-    return root
-
-
-def of_class(root, cls):
-    return [e for e in root.iter() if e.get("class") == cls]
 
 
 def test_jupyter_shows_a_timeline_as_svg_titled_with_its_finding():

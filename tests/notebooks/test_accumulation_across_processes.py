@@ -184,6 +184,19 @@ def test_the_notebook_prints_what_the_docstring_warns():
 
 # --------------------------------------------------------------------------- exercise 2's case, 4 processes
 
+# How each rank script below ends: main() has put its findings in `out`; they are written where torchrun()
+# reads them, and the group is destroyed once the models are freed.
+RANK_SCRIPT_END = '''
+        with open(os.path.join(os.environ["LAB_RESULTS"], f"rank{dist.get_rank()}.json"), "w") as f:
+            json.dump(out, f)
+        gc.collect()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+'''
+
 CASES_SCRIPT = textwrap.dedent('''
     import gc, json, os
     from contextlib import nullcontext
@@ -251,15 +264,7 @@ CASES_SCRIPT = textwrap.dedent('''
         for reduction, divisors in (("sum", [2 * 16, 2, 4 * 2 * 16]), ("mean", [2, 4 * 2])):
             for d in divisors:
                 out["divisors"][f"{reduction} / {d}"] = accumulated_gradient(2, 16, reduction, d)
-        with open(os.path.join(os.environ["LAB_RESULTS"], f"rank{dist.get_rank()}.json"), "w") as f:
-            json.dump(out, f)
-        gc.collect()
-        dist.destroy_process_group()
-
-
-    if __name__ == "__main__":
-        main()
-''')
+''' + RANK_SCRIPT_END)
 
 
 @pytest.fixture(scope="module")
@@ -557,15 +562,7 @@ FSDP_PROBE = textwrap.dedent('''
         out = {f"{name}, {when}": probe(build(), k, sync)
                for name, build, k in (("notebook", make_model, 4), ("second", second_model, 3))
                for when, sync in (("last", lambda i, k: i == k - 1), ("every", lambda i, k: True))}
-        with open(os.path.join(os.environ["LAB_RESULTS"], f"rank{dist.get_rank()}.json"), "w") as f:
-            json.dump(out, f)
-        gc.collect()
-        dist.destroy_process_group()
-
-
-    if __name__ == "__main__":
-        main()
-''')
+''' + RANK_SCRIPT_END)
 
 
 @pytest.fixture(scope="module")
