@@ -292,8 +292,10 @@ def _explain_passes(p: _Problem, run: _LearnerRun):
 
 def _near(g, g_ref) -> bool:
     """Equal up to float32 rounding, measured on the whole vector (summing in another order moves each entry by
-    a rounding error of the largest, so an entry near 0 cannot be held to its own size)."""
-    return bool(torch.isfinite(g).all()) and float((g - g_ref).norm()) <= 1e-5 * float(g_ref.norm()) + 1e-7
+    a rounding error of the largest, so an entry near 0 cannot be held to its own size). A relative 1e-4, as
+    check_accumulation holds float32 to: by the second epoch the parameters themselves differ by rounding, and a
+    right loop's gradient then strays past 1e-5 now and then; every mistake the check names is off by far more."""
+    return bool(torch.isfinite(g).all()) and float((g - g_ref).norm()) <= 1e-4 * float(g_ref.norm()) + 1e-7
 
 
 def _relative_error(g, g_ref):
