@@ -107,7 +107,7 @@ hub: $(HUB_INSTALLED) ## a class on JupyterHub on this machine (loopback; tools/
 	$(NEEDS_NBGRADER)
 	$(PY) tools/hub/hub.py start
 
-# The class on JupyterHub, then nbgrader's round trip of every notebook (make test grades a few).
+# The class on JupyterHub, then nbgrader's round trip of every notebook (make test grades one).
 test-hub: $(HUB_INSTALLED) chromium ## the nbgrader assignment flow on JupyterHub (two students in Chromium), then every notebook's autograde
 	$(NEEDS_NBGRADER)
 	$(PY) -m pytest -m hub -n 0 tests/hub

@@ -5,7 +5,7 @@ processes, and the tests check what the notebook states against a reference comp
 three placements of no_sync() equal the single-process full-batch gradient, the fourth (every forward inside
 no_sync()) makes no all-reduce and leaves the ranks apart, and the counts are k, 1, k and 0 calls. FSDP2's run
 (train_fsdp.py) counts its all-gathers and reduce-scatters, and a probe of our own checks what it keeps between
-micro-batches, on the notebook's model and on a second one.
+micro-batches, on the notebook's model and on a second one (one launch: the probe runs the script's main() first).
 
 The second cases run too: exercise 2's loop on four processes and a gradient in several buckets, where the rule
 "divide by k, not by world x k" (and a summed loss divided by the rank's sample count) is also checked at a world
@@ -518,6 +518,7 @@ FSDP_PROBE = textwrap.dedent('''
     import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
+    import train_fsdp
     from train_ddp import make_data, make_model
     from train_fsdp import Collectives
 
@@ -558,22 +559,31 @@ FSDP_PROBE = textwrap.dedent('''
 
 
     def main():
-        dist.init_process_group("gloo")
-        out = {f"{name}, {when}": probe(build(), k, sync)
-               for name, build, k in (("notebook", make_model, 4), ("second", second_model, 3))
-               for when, sync in (("last", lambda i, k: i == k - 1), ("every", lambda i, k: True))}
+        # First the notebook's own main(), as torchrun runs it, but for its last line: the group it made stays
+        # up for the probes (one launch for both).
+        end_group, dist.destroy_process_group = dist.destroy_process_group, lambda: None
+        try:
+            train_fsdp.main()
+        finally:
+            dist.destroy_process_group = end_group
+        with open(os.path.join(os.environ["LAB_RESULTS"], f"rank{dist.get_rank()}.json")) as f:
+            out = {"script": json.load(f)}
+        out.update({f"{name}, {when}": probe(build(), k, sync)
+                    for name, build, k in (("notebook", make_model, 4), ("second", second_model, 3))
+                    for when, sync in (("last", lambda i, k: i == k - 1), ("every", lambda i, k: True))})
 ''' + RANK_SCRIPT_END)
 
 
 @pytest.fixture(scope="module")
-def fsdp_run(scripts):
-    return torchrun(scripts / "train_fsdp.py", nproc=2, timeout=180)
+def fsdp_ranks(scripts) -> list:
+    """train_fsdp.py's main() as the notebook writes it (under "script"), then the probe above, on two ranks."""
+    (scripts / "fsdp_probe.py").write_text(FSDP_PROBE)
+    return torchrun(scripts / "fsdp_probe.py", nproc=2, timeout=180).ranks
 
 
 @pytest.fixture(scope="module")
-def fsdp_probe(scripts):
-    (scripts / "fsdp_probe.py").write_text(FSDP_PROBE)
-    return torchrun(scripts / "fsdp_probe.py", nproc=2, timeout=180)
+def fsdp_run(fsdp_ranks) -> list:
+    return [rank["script"] for rank in fsdp_ranks]
 
 
 @pytest.mark.slow
@@ -581,7 +591,7 @@ def test_fsdp2_reduce_scatters_follow_the_sync_all_gathers_do_not_and_the_gradie
         fsdp_run, full_batch):
     for when, reduce_scatters in (("at the last micro-batch", 2), ("at every micro-batch", 2 * 4)):
         grads = []
-        for rank in fsdp_run.ranks:
+        for rank in fsdp_run:
             kinds = [kind for kind, _ in rank[when]["calls"]]
             assert kinds.count("_allgather_base_") == 2 * 2 * 4, when  # 2 layers, forward and backward, k = 4
             assert kinds.count("_reduce_scatter_base_") == reduce_scatters, when
@@ -589,16 +599,16 @@ def test_fsdp2_reduce_scatters_follow_the_sync_all_gathers_do_not_and_the_gradie
             grads.append(torch.tensor(rank[when]["grad"]))
             torch.testing.assert_close(grads[-1], full_batch, rtol=1e-5, atol=1e-6)
         assert torch.equal(grads[0], grads[1])
-    last = fsdp_run.ranks[0]["at the last micro-batch"]
+    last = fsdp_run[0]["at the last micro-batch"]
     taken_in = sum(n for kind, n in last["calls"] if kind == "_reduce_scatter_base_")
     # each tensor's rows padded to split in 2: the 1 x 256 weight becomes 2 x 256, its bias 2 numbers
     assert taken_in == 2 * last["shard"] == full_batch.numel() + 256 + 1
 
 
 @pytest.mark.slow
-def test_fsdp2_without_the_sync_keeps_the_whole_unsharded_gradient_until_the_last_micro_batch(fsdp_probe, full_batch):
+def test_fsdp2_without_the_sync_keeps_the_whole_unsharded_gradient_until_the_last_micro_batch(fsdp_ranks, full_batch):
     numbers = {"notebook": full_batch.numel(), "second": 16 * 64 + 64 + 64 * 64 + 64 + 64 + 1}
-    for rank in fsdp_probe.ranks:
+    for rank in fsdp_ranks:
         for name, k, layers in (("notebook", 4, 2), ("second", 3, 3)):
             last, every = rank[f"{name}, last"], rank[f"{name}, every"]
             for i, state in enumerate(last["after"]):

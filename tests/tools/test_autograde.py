@@ -9,11 +9,10 @@
   ``raises-exception``), so the release runs with the solutions missing. The two submissions run in two
   nbgrader processes at once (one course copy each); only the notebooks whose tests are selected are graded.
 
-Every notebook goes round the trip in ``make test-hub``. ``make test`` grades the reference submission of
-each notebook that has no run of its solutions alone (a solution reads what the notebook computes; the others
-run alone in tests/notebooks/test_reveal_cells.py) and the learner's of
-``LEARNER_IN_MAKE_TEST`` (its exercises ask for a set, a number and a function); the other round-trip
-tests carry the ``autograde`` mark.
+Every notebook goes round the trip in ``make test-hub``. ``make test`` grades both submissions of one notebook,
+``IN_MAKE_TEST`` (its exercises ask for a set, a number and a function); the other round-trip tests carry the
+``autograde`` mark. That every worked solution passes its check, each notebook's in its context, is
+tests/notebooks/test_reveal_cells.py's part (in the learner's copy).
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import pytest
 from tools.classroom.cells import source_of
 from tools.classroom.course import code_stub, generate, nbgrader
 from tools.classroom.layout import exercises
-from tools.classroom.names import standalone_runs
 
 if importlib.util.find_spec("nbgrader") is None:
     pytest.skip("the classroom extra is not installed: pip install -e '.[classroom]'", allow_module_level=True)
@@ -45,15 +43,12 @@ def exercises_of(path: Path):
     return exercises(nbformat.read(path, as_version=4), path.parent, path.name)
 
 
-# ------------------------------------------------------------------------- solutions without their notebook
+# ------------------------------------------------------------------------- which notebooks make test grades
 
 
 WITH_EXERCISES = [aid for aid, path in NOTEBOOKS.items() if exercises_of(path)]
-STANDALONE = {aid: runs for aid in WITH_EXERCISES if (runs := standalone_runs(NOTEBOOKS[aid])) is not None}
-# make test's round trips: every solution without a cheap run (or one notebook, so that nbgrader's full marks
-# are seen), and one learner.
-REFERENCE_IN_MAKE_TEST = [aid for aid in WITH_EXERCISES if aid not in STANDALONE] or WITH_EXERCISES[:1]
-LEARNER_IN_MAKE_TEST = ["01_leaf_tensors"]
+# make test's round trips: one notebook, graded in full and as a learner answers it.
+IN_MAKE_TEST = ["01_leaf_tensors"]
 
 def learner_state(index: int, ex) -> str:
     """What the learner submission does with the index-th exercise of a notebook."""
@@ -233,7 +228,7 @@ def round_trip(in_make_test: list[str]) -> list:
             for aid in WITH_EXERCISES]
 
 
-@pytest.mark.parametrize("aid", round_trip(REFERENCE_IN_MAKE_TEST))
+@pytest.mark.parametrize("aid", round_trip(IN_MAKE_TEST))
 def test_reference_solutions_get_full_marks(graded, aid):
     score, max_score, cells = graded["scores"][REFERENCE, aid]
     assert max_score > 0 and score == max_score, f"{aid}: reference scored {score}/{max_score}: {cells}"
@@ -244,7 +239,7 @@ def test_reference_solutions_get_full_marks(graded, aid):
             assert not errors(cell), f"{aid}: cell {cell.get('id')!r} failed in the reference run: {errors(cell)}"
 
 
-@pytest.mark.parametrize("aid", round_trip(LEARNER_IN_MAKE_TEST))
+@pytest.mark.parametrize("aid", round_trip(IN_MAKE_TEST))
 def test_wrong_answers_get_fewer_marks_and_the_hint(graded, aid):
     score, max_score, cells = graded["scores"][LEARNER, aid]
     assert score < max_score, f"{aid}: the learner's submission got full marks"
@@ -268,7 +263,7 @@ def test_wrong_answers_get_fewer_marks_and_the_hint(graded, aid):
             assert shown.startswith("Your turn: replace the ..."), shown
 
 
-@pytest.mark.parametrize("aid", round_trip(LEARNER_IN_MAKE_TEST))
+@pytest.mark.parametrize("aid", round_trip(IN_MAKE_TEST))
 def test_release_fails_only_in_exercise_cells_with_a_clear_message(graded, aid):
     tests = {ex.test_id for ex in graded["exercises"][aid]}
     tagged = raising_cells(aid)
