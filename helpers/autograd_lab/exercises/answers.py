@@ -109,13 +109,20 @@ def as_names(answer, limit: int = 100) -> list | None:
     return items if len(items) <= limit else None
 
 
-def close(a, b, *, rtol: float = 1e-5, atol: float = 1e-7) -> bool:
-    """Are two numbers (or equal-shaped tensors) the same up to float32 rounding? Non-finite never matches."""
+def close(a, b, *, rtol: float = 1e-5, atol: float = 1e-7, size=None) -> bool:
+    """Are two numbers (or equal-shaped tensors) the same up to float32 rounding? Non-finite never matches.
+
+    ``rtol`` is relative to ``|b|``, or to ``size`` where given: for ``b`` a sum whose terms can cancel (a gradient
+    entry near 0), rounding moves it by a share of its terms' sizes, not of its own, and ``size`` (shaped like
+    ``b``) is the same sum taken over its terms' absolute values."""
     a = _as_tensor(a, dtype=torch.float64).reshape(-1)
     b = _as_tensor(b, dtype=torch.float64).reshape(-1)
     if a.shape != b.shape or not (_isfinite(a).all() and _isfinite(b).all()):
         return False
-    return bool(_allclose(a, b, rtol=rtol, atol=atol))
+    if size is None:
+        return bool(_allclose(a, b, rtol=rtol, atol=atol))
+    size = _as_tensor(size, dtype=torch.float64).reshape(-1)
+    return bool(((a - b).abs() <= atol + rtol * size.abs()).all())
 
 
 def equal(a: torch.Tensor, b: torch.Tensor) -> bool:

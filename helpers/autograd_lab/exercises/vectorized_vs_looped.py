@@ -140,6 +140,18 @@ def _reference_weighted_loss_loop(w, x, y, weights):
     return total / weights.sum()
 
 
+def _sizes(w, x, y, weights):
+    """The loop's loss and its gradient with respect to w, each computed from the absolute values of its parts (an
+    error |x[k]| @ |w| + |y[k]|): the sizes of the terms that the loss, and each entry of its gradient, add up. An
+    answer computed in float32 (as the check's tests allow) rounds each term: its loss and gradient stray by a few
+    parts in 10**7 of these sizes with the few dozen terms here, and a gradient entry where terms cancel can be far
+    smaller than its terms."""
+    leaf = w.abs().requires_grad_(True)
+    size = _reference_weighted_loss_loop(leaf, x.abs(), -y.abs(), weights)
+    (grad_size,) = torch.autograd.grad(size, leaf)
+    return size.detach(), grad_size
+
+
 # (N, D) of the cases the check runs, the largest N first: there the usual slips give values that tell them apart.
 # The last case has another width, so that code written for D = 3 (w[0] * x[:, 0] + ...) does not pass.
 _CASES = ((33, 3), (4, 3), (1, 3), (6, 5))
@@ -147,11 +159,14 @@ _WORK_SIZES = (4, 33)  # batch sizes whose work is counted: a per-sample loop ad
 
 
 def _data(n: int, dim: int, seed: int):
+    """A case's w, x, y and weights. The weights lie between 1 and 2: their sum is then never close to N, so the
+    usual slips (dividing by N, leaving the weights out of the sum or out of the divisor) give values that no
+    draw brings within rounding of each other's or of the loop's, and each keeps its own hint."""
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(dim, generator=gen, dtype=torch.float64)
     x = torch.randn(n, dim, generator=gen, dtype=torch.float64)
     y = torch.randn(n, generator=gen, dtype=torch.float64)
-    weights = torch.rand(n, generator=gen, dtype=torch.float64) + 0.5
+    weights = torch.rand(n, generator=gen, dtype=torch.float64) + 1.0
     return w, x, y, weights
 
 
@@ -231,7 +246,8 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
     ref = _reference_weighted_loss_loop(ref_w, x, y, weights)
     ref_nodes = count_nodes(ref)
     (ref_g,) = torch.autograd.grad(ref, ref_w)
-    if not close(value, ref.detach()):
+    size, grad_size = _sizes(w, x, y, weights)
+    if not close(value, ref.detach(), size=size):
         if x.shape[1] != _CASES[0][1]:
             return wrong(f"right for x with {_CASES[0][1]} columns, but not with {x.shape[1]}: does your function "
                          "assume a width? Use x @ w, which works for any D."), None
@@ -241,7 +257,7 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
                or "write out the loop's sum for two samples and match it term by term: weight x (prediction - "
                   "target)^2.")
         ), None
-    if g is None or not close(g.cpu(), ref_g):
+    if g is None or not close(g.cpu(), ref_g, size=grad_size):
         return wrong(
             "same value, but a different gradient with respect to w: part of your computation is cut off "
             "from the graph (a .detach(), .data or a tensor rebuilt from numbers)."
