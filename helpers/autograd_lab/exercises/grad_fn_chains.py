@@ -318,14 +318,21 @@ def _call_div_backward(fn, a, b, g):
     return tuple(t.to(torch.float64) for t in got), None
 
 
-def _same(t: torch.Tensor, value: torch.Tensor) -> bool:
-    return t.shape == value.shape and close(t, value)
+def _same(t: torch.Tensor, value: torch.Tensor, size=None) -> bool:
+    return t.shape == value.shape and close(t, value, size=size)
+
+
+def _div_sizes(a, b, g):
+    """The sizes of the terms each gradient adds up (autograd on |a| and |grad_out|; b > 0): grad_b sums a row of
+    products per entry, and those can cancel, so a gradient computed in float32 is held to a share of its terms'
+    sizes (``close``), not of its own."""
+    return tuple(t.abs() for t in _reference_div_backward(a.abs(), b, g.abs()))
 
 
 def _div_mistake(got, a, b, g) -> str | None:
     """The hint for what is wrong in (grad_a, grad_b), or None when both match autograd."""
-    want = _reference_div_backward(a, b, g)
-    off = [i for i in (0, 1) if not _same(got[i], want[i])]
+    want, sizes = _reference_div_backward(a, b, g), _div_sizes(a, b, g)
+    off = [i for i in (0, 1) if not _same(got[i], want[i], sizes[i])]
     for i in off:
         if not torch.isfinite(got[i]).all():
             return f"{_DIV_NAMES[i]} holds {got[i].tolist()}: not all finite numbers, although b is never 0 here."
@@ -333,7 +340,7 @@ def _div_mistake(got, a, b, g) -> str | None:
     def explains(*sides):  # the variant gets these gradients wrong, and wrong as the answer does
         def matches(variant):
             out = variant(a, b, g)
-            return all(not _same(out[i], want[i]) and _same(got[i], out[i]) for i in sides)
+            return all(not _same(out[i], want[i], sizes[i]) and _same(got[i], out[i]) for i in sides)
         return matches
 
     both = hint_for(_DIV_DIAGNOSES, explains(*off)) if len(off) == 2 else None
