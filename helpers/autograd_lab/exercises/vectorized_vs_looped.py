@@ -140,6 +140,18 @@ def _reference_weighted_loss_loop(w, x, y, weights):
     return total / weights.sum()
 
 
+def _sizes(w, x, y, weights):
+    """The loop's loss and its gradient with respect to w, each computed from the absolute values of its parts (an
+    error |x[k]| @ |w| + |y[k]|): the sizes of the terms that the loss, and each entry of its gradient, add up. An
+    answer computed in float32 (as the check's tests allow) rounds each term: its loss and gradient stray by a few
+    parts in 10**7 of these sizes with the few dozen terms here, and a gradient entry where terms cancel can be far
+    smaller than its terms."""
+    leaf = w.abs().requires_grad_(True)
+    size = _reference_weighted_loss_loop(leaf, x.abs(), -y.abs(), weights)
+    (grad_size,) = torch.autograd.grad(size, leaf)
+    return size.detach(), grad_size
+
+
 # (N, D) of the cases the check runs, the largest N first: there the usual slips give values that tell them apart.
 # The last case has another width, so that code written for D = 3 (w[0] * x[:, 0] + ...) does not pass.
 _CASES = ((33, 3), (4, 3), (1, 3), (6, 5))
@@ -147,12 +159,18 @@ _WORK_SIZES = (4, 33)  # batch sizes whose work is counted: a per-sample loop ad
 
 
 def _data(n: int, dim: int, seed: int):
+    """A case's w, x, y and weights, drawn so that the usual slips never land within rounding of the loop's value
+    or of each other's, and each keeps its own hint: the weights lie between 1 and 2, so their sum is never close
+    to N (dividing by N is no accident of the draw), and they rise with the size of the error at w, so the weighted
+    mean of the squared errors exceeds their plain mean by a share of itself (leaving the weights out is no
+    accident either)."""
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(dim, generator=gen, dtype=torch.float64)
     x = torch.randn(n, dim, generator=gen, dtype=torch.float64)
     y = torch.randn(n, generator=gen, dtype=torch.float64)
-    weights = torch.rand(n, generator=gen, dtype=torch.float64) + 0.5
-    return w, x, y, weights
+    weights = torch.rand(n, generator=gen, dtype=torch.float64).sort().values + 1.0
+    by_error = (x @ w - y).abs().argsort()  # the sample with the k-th smallest error gets the k-th smallest weight
+    return w, x, y, torch.empty_like(weights).scatter_(0, by_error, weights)
 
 
 def _shape(t) -> str:
@@ -231,7 +249,8 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
     ref = _reference_weighted_loss_loop(ref_w, x, y, weights)
     ref_nodes = count_nodes(ref)
     (ref_g,) = torch.autograd.grad(ref, ref_w)
-    if not close(value, ref.detach()):
+    size, grad_size = _sizes(w, x, y, weights)
+    if not close(value, ref.detach(), size=size):
         if x.shape[1] != _CASES[0][1]:
             return wrong(f"right for x with {_CASES[0][1]} columns, but not with {x.shape[1]}: does your function "
                          "assume a width? Use x @ w, which works for any D."), None
@@ -241,7 +260,7 @@ def _compare_with_loop(fn, w, x, y, weights) -> tuple[Feedback | None, tuple | N
                or "write out the loop's sum for two samples and match it term by term: weight x (prediction - "
                   "target)^2.")
         ), None
-    if g is None or not close(g.cpu(), ref_g):
+    if g is None or not close(g.cpu(), ref_g, size=grad_size):
         return wrong(
             "same value, but a different gradient with respect to w: part of your computation is cut off "
             "from the graph (a .detach(), .data or a tensor rebuilt from numbers)."
