@@ -426,6 +426,16 @@ def test_factor_problems_hold_unequal_micro_batches_and_a_short_group():
     assert len(counts) > 3 and min(counts) >= 1
 
 
+def test_factor_problems_never_hold_an_update_whose_micro_batches_all_count_alike():
+    """Where every micro-batch of an update held as many real tokens, n_micro / n_all would be one value there: a
+    factor that ignores n_micro could not be told by its calls, and would get another hint than its own."""
+    for seed in range(300):
+        _, updates = ex._factor_problem(seed, 2)
+        for update in updates:
+            for rank in update:
+                assert len({ex._real(lbl) for _, lbl in rank}) > 1, seed
+
+
 def test_factor_odd_answers_never_raise():
     assert ex.check_token_factor(...).status == "unanswered"
     assert ex.check_token_factor(None).status == "unanswered"

@@ -322,10 +322,19 @@ def _factor_problem(seed, world):
     """A model, and per update (a full group of k micro-batches, then a short one) each rank's micro-batches of
     1 to 3 padded sequences."""
     g = torch.Generator().manual_seed(seed)
-    updates = [[[_padded(g, int(torch.randint(1, 4, (), generator=g))) for _ in range(size)] for _ in range(world)]
-               for size in _FACTOR_GROUPS]
+    updates = [[_unequal_group(g, size) for _ in range(world)] for size in _FACTOR_GROUPS]
     torch.manual_seed(seed)
     return _model(), updates
+
+
+def _unequal_group(g, size):
+    """``size`` micro-batches of 1 to 3 padded sequences, drawn again until they do not all hold as many real
+    tokens: where they all do, n_micro / n_all is the same for each, so a factor that ignores n_micro would weigh
+    them rightly there, and its values could not show that it ignores n_micro."""
+    while True:
+        group = [_padded(g, int(torch.randint(1, 4, (), generator=g))) for _ in range(size)]
+        if len({_real(labels) for _, labels in group}) > 1:
+            return group
 
 
 def _real(labels) -> int:
