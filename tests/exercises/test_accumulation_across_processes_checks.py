@@ -222,6 +222,17 @@ def test_06_ddp_accumulation_every_scaling_diagnosis_is_the_hint_its_own_gradien
         assert fb.status == "wrong" and fb.message == "On the ranks, " + row.says(**facts), fb
 
 
+def test_06_ddp_accumulation_judges_the_scaling_on_the_whole_gradient():
+    """The ranks sum each entry in another order than one process: the entry nearest 0 may stray by a rounding of
+    the largest terms, which is no mistake; a scaling off by a hundredth is one."""
+    seed, sizes = ex06.trust.fresh_seed(), ex06._LOOP_SIZES[1]
+    grad = ex06._weighted_gradient(seed, sizes, lambda n_i, n, k, world: 1 / n)
+    nudged = grad.clone()
+    nudged[grad.abs().argmin()] += 1e-6 * float(grad.norm())
+    assert ex06._scaling_mistake("S", sizes, seed, nudged) is None
+    assert ex06._scaling_mistake("S", sizes, seed, grad * 1.01) is not None
+
+
 @pytest.mark.slow
 def test_06_ddp_accumulation_end_to_end_right_and_a_loop_that_ends_its_process():
     """The check's whole path, one launch each (a wrong loop's verdict is ``_judge_loop``'s, judged above)."""

@@ -601,6 +601,36 @@ WRONG_MODELS = {
 }
 
 
+def test_05_a_normalization_is_told_by_most_samples_not_by_one_whose_spread_is_near_eps():
+    """GroupNorm(4) divides by sqrt(var + eps): for a sample whose group of 4 hidden values nearly coincide, scaling
+    them moves its output; the other samples show the normalization, and so the model normalizes."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GroupNorm(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    with torch.no_grad():
+        model[0].bias[:4] = torch.tensor([0.0, 1e-3, 2e-3, 3e-3])  # sample 0 (all zeros) gets a spread near eps
+    x = torch.cat([torch.zeros(1, 8), torch.randn(ex05._PROBE - 1, 8)])
+    out = ex05._output(model, x)
+    scaled = ex05._output(ex05._scaled_copy(model, model[0]), x)
+    assert not torch.allclose(scaled[0], out[0], rtol=1e-3, atol=1e-3)  # that sample moves
+    assert ex05._undoes_scaling(model, model[0], x, out)
+    plain = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    assert not ex05._undoes_scaling(plain, plain[0], x, ex05._output(plain, x))
+
+
+def test_05_a_sample_mixing_with_its_batch_is_told_beyond_rounding_only():
+    """Outputs of any size: another batch size may sum in another order, which a model that keeps samples apart
+    survives; statistics over the batch do not."""
+    x = ex05._probe()
+    for make in (OwnModel, lambda: ByHand(dim=1)):
+        model = make()
+        with torch.no_grad():
+            for p in model.fc2.parameters():
+                p.mul_(1e4)
+        assert not ex05._depends_on_the_batch(model, x)
+    assert ex05._depends_on_the_batch(ByHand(dim=0), x)
+    assert ex05._depends_on_the_batch(nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Linear(16, 1)), x)
+
+
 def test_05_the_reference_model_is_right_and_departs_in_nothing():
     """Each row's variant changes one thing of the reference (a normalization written by hand): the reference
     itself is seen to do what a right model does, and it passes."""

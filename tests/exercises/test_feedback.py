@@ -8,7 +8,7 @@ import pytest
 import torch
 from learner_code import BrokenMessage
 
-from autograd_lab.exercises.answers import is_unanswered, read_function, read_number
+from autograd_lab.exercises.answers import close, close_in_norm, is_unanswered, read_function, read_number
 from autograd_lab.exercises.feedback import (
     Feedback,
     correct,
@@ -109,3 +109,24 @@ def test_a_function_answer_must_take_the_arguments_it_is_called_with():
     fb = read_function(lambda a: None, "your f", signature, 2)
     assert fb.status == "malformed" and "must take 2 arguments: f(a, b)" in fb.message
 
+
+
+def test_close_holds_a_sum_whose_terms_cancel_to_its_terms_sizes():
+    """1000 - 999.99 is 0.01, a difference of two terms of size 1000: float32 rounds it by a share of 1000."""
+    terms = torch.tensor([1000.0, -999.99], dtype=torch.float64)
+    exact, rounded = terms.sum(), terms.float().sum().double()
+    assert not close(rounded, exact)  # held to its own size, the rounding looks like a mistake
+    assert close(rounded, exact, size=terms.abs().sum())
+    assert not close(exact + 1.0, exact, size=terms.abs().sum())  # one term off by 0.1% still shows
+    assert not close(float("nan"), 0.0, size=1.0)
+
+
+def test_close_in_norm_measures_the_whole_vector():
+    """An entry near 0 strays by a rounding of the vector's largest terms: on the whole vector, that is rounding."""
+    reference = torch.tensor([3.0, -4.0, 1e-9], dtype=torch.float64)
+    rounded = reference + torch.tensor([0.0, 0.0, 3e-7], dtype=torch.float64)
+    assert not close(rounded, reference, rtol=1e-4, atol=1e-7)
+    assert close_in_norm(rounded, reference, rtol=1e-4, atol=1e-7)
+    assert not close_in_norm(reference * 1.001, reference, rtol=1e-4, atol=1e-7)
+    assert not close_in_norm(torch.tensor([float("inf"), 0.0, 0.0]), reference)
+    assert not close_in_norm(reference[:2], reference)

@@ -18,6 +18,7 @@ from notebook_cells import run_cells
 
 from autograd_lab import graphmodel
 from autograd_lab.exercises import grad_fn_chains as ch
+from autograd_lab.exercises.answers import close
 from autograd_lab.exercises.feedback import Feedback
 from autograd_lab.graphmodel import node_name
 
@@ -297,6 +298,20 @@ def test_div_backward_right_written_differently(fn):
 def test_div_backward_form(answer, status, phrase):
     fb = ch.check_div_backward(answer)
     assert fb.status == status and phrase in fb.message, fb
+
+
+def test_div_backward_holds_a_float32_answer_to_its_terms_where_grad_b_cancels():
+    """grad_b adds one product per row; where the two rows nearly cancel, an answer computed in float32 from the
+    start is off by a share of the products, not of the sum, and passes; a slip in the formula still does not."""
+    a = torch.tensor([[100.0, 2.0, -0.5], [-100.0 + 3e-3, 0.7, 0.9]], dtype=torch.float64)
+    b = torch.tensor([0.9, 1.3, 0.6], dtype=torch.float64)
+    g = torch.tensor([[10.0, -0.4, 0.8], [10.0, 0.6, -1.5]], dtype=torch.float64)
+    grad_b = ch._reference_div_backward(a, b, g)[1]
+    assert abs(float(grad_b[0])) < 1e-4 * float((g * a).abs().sum(0)[0] / b[0] ** 2)  # the terms cancel
+    in_float32 = [t.double() for t in right_div(a.float(), b.float(), g.float())]
+    assert not close(in_float32[1], grad_b)  # held to its own size, the rounding of its terms would fail it
+    assert ch._div_mistake(in_float32, a, b, g) is None
+    assert ch._div_mistake([t.double() for t in (g / b, (-g * a / b).sum(0))], a, b, g) is not None
 
 
 def test_div_backward_leaves_grad_mode_and_dtype_as_found():

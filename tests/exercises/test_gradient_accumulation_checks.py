@@ -282,6 +282,24 @@ def looks_one_ahead(model, loss_fn, optimizer, micro_batches, k):
         i += 1
 
 
+def decays_by_hand(model, loss_fn, optimizer, micro_batches, k):
+    """divide_at_step's loop, each step followed by a weight decay of its own: every update's gradient is right at
+    the parameters it was taken at, and only the parameters show that the steps are not plain SGD's."""
+    step = optimizer.step
+
+    def step_and_decay():
+        step()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(0.99)
+
+    optimizer.step = step_and_decay
+    try:
+        divide_at_step(model, loss_fn, optimizer, micro_batches, k)
+    finally:
+        optimizer.step = step
+
+
 def no_backward(model, loss_fn, optimizer, micro_batches, k):
     for i, (x, y) in enumerate(micro_batches):
         loss_fn(model(x), y)
@@ -374,6 +392,7 @@ WRONG_LOOPS = {
     "n hard-coded to 25": (hard_coded_n, "never reach an optimizer step"),
     "logging forward with gradients": (grad_logging_forward, "ran the model 50 times with gradients on"),
     "zero_grad at the top of every micro-batch": (loop(zero="every micro-batch"), "wipes what you accumulated"),
+    "a weight decay of its own after each step": (decays_by_hand, "yet the final parameters differ"),
     "every micro-batch assumed as large as the first": (loop(scale="first size"),
                                                          "hold 4, 2, 5, 3 samples"),
     "summed losses, one autograd.grad, assigned to .grad": (
@@ -516,15 +535,36 @@ def test_04_every_loop_row_names_its_own_loop(row):
     for k, sizes, _ in ex04._SCENARIOS:
         seed = trust.fresh_seed()
         batches, model = ex04._data(sizes, seed)
-        ref, _ = ex04._reference(model, batches, k)
+        problem = ex04._Problem(k, sizes, seed, ex04._reference(model, batches, k)[0])
         steps, _ = ex04._run_ours(row.variant, model, batches, k)
-        at = ex04._departure(steps, ref)
+        at = ex04._departure(steps, problem)
         if at is not None:
             break
     else:
         raise AssertionError(f"{row.name}: the loop never departs from full-batch training")
-    problem = ex04._Problem(k, sizes, seed, ref)
     assert diagnose(ex04._LOOP_DIAGNOSES, lambda variant: ex04._departs_alike(problem, steps, at, variant)) is row
+
+
+def test_04_each_update_is_held_to_the_full_batch_gradient_at_its_own_parameters():
+    """``_Problem.expected`` is full-batch training's gradient where a run stands: for the reference run it is the
+    gradient that run used, bit for bit, and for a right loop, whose parameters drift from the reference run's by
+    rounding, it is taken at the loop's own parameters, not at the reference's."""
+    k, sizes = 4, (4, 2, 5, 3, 6, 1, 4, 4, 2, 5, 3)
+    seed = trust.fresh_seed()
+    batches, model = ex04._data(sizes, seed)
+    problem = ex04._Problem(k, sizes, seed, ex04._reference(model, batches, k)[0])
+    ref = problem.ref
+    assert all(torch.equal(problem.expected(ref, epoch, j), g)
+               for epoch in range(ex04._EPOCHS) for j, g in enumerate(ref.grads[epoch]))
+    steps, _ = ex04._run_ours(divide_at_step, model, batches, k)
+    moved = steps.params[1][0] + 1e-3  # as if the loop stood elsewhere: the gradient it must use moves along
+    steps.params[1][0] = moved
+    assert not torch.equal(problem.expected(steps, 1, 0), ref.grads[1][0])
+    batches, start = ex04._data(sizes, seed)
+    torch.nn.utils.vector_to_parameters(moved, start.parameters())
+    group = batches[:k]
+    F.mse_loss(start(torch.cat([x for x, _ in group])), torch.cat([y for _, y in group])).backward()
+    assert torch.equal(problem.expected(steps, 1, 0), ex04._flat_grad(start))
 
 
 def test_04_autograd_grad_loop_hint_says_to_compute_once_per_micro_batch():

@@ -329,6 +329,47 @@ def test_ex2_passes_a_right_answer_in_a_fresh_process():
     assert done.stdout.split() == ["True", "True"], done.stdout + done.stderr[-2000:]
 
 
+def in_float32(w, x, y, weights):
+    return (weights.float() * (x.float() @ w.float() - y.float()) ** 2).sum() / weights.float().sum()
+
+
+def test_ex2_holds_a_float32_gradient_to_its_terms_where_an_entry_cancels():
+    """Seed 526 draws, at N = 33, a gradient entry whose terms cancel to a small share of their size: float32
+    rounds it by a share of its terms, and the answer computed in float32 still passes there."""
+    w, x, y, weights = vl._data(33, 3, 526)
+    leaf = w.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(vl._reference_weighted_loss_loop(leaf, x, y, weights), leaf)
+    _, grad_size = vl._sizes(w, x, y, weights)
+    assert float((grad.abs() / grad_size).min()) < 1e-3
+    problem, _ = vl._compare_with_loop(in_float32, w, x, y, weights)
+    assert problem is None, problem
+
+
+def test_ex2_sizes_bound_the_loss_and_every_gradient_entry():
+    for seed in range(20):
+        w, x, y, weights = vl._data(6, 5, seed)
+        leaf = w.clone().requires_grad_(True)
+        loss = vl._reference_weighted_loss_loop(leaf, x, y, weights)
+        (grad,) = torch.autograd.grad(loss, leaf)
+        size, grad_size = vl._sizes(w, x, y, weights)
+        assert float(loss.detach()) <= float(size) and bool((grad.abs() <= grad_size).all())
+
+
+def test_ex2_draws_weights_that_keep_the_usual_slips_apart():
+    """Weights between 1 and 2 that rise with the error: dividing by N and leaving the weights out are then never
+    within rounding of the loop, nor of each other (on every draw tried, at the first case's N)."""
+    n, dim = vl._CASES[0]
+    for seed in range(300):
+        w, x, y, weights = vl._data(n, dim, seed)
+        assert 1 <= float(weights.min()) and float(weights.max()) <= 2
+        order = (x @ w - y).abs().argsort()
+        assert bool((weights[order].diff() >= 0).all())
+        values = [float(vl._reference_weighted_loss_loop(w, x, y, weights))]
+        values += [float(row.variant(w, x, y, weights)) for row in vl._LOSS_DIAGNOSES]
+        gaps = [abs(a - b) / max(abs(a), abs(b)) for i, a in enumerate(values) for b in values[i + 1:]]
+        assert min(gaps) > 1e-3, (seed, values)
+
+
 def test_ex2_reference_equals_the_loop_and_the_solution():
     gen = torch.Generator().manual_seed(5)
     w, x = torch.randn(3, generator=gen), torch.randn(6, 3, generator=gen)

@@ -35,7 +35,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ..distributed import RESULTS_ENV, DistributedRunError, torchrun
 from . import trust
-from .answers import as_int, close, is_unanswered, read_function
+from .answers import as_int, close, close_in_norm, is_unanswered, read_function
 from .diagnoses import Diagnosis, hint_for
 from .feedback import Feedback, correct, describe_error, malformed, never_raises, unanswered, wrong
 from .loops import pass_mistake, record_passes
@@ -376,8 +376,8 @@ def _placement_mistake(setting: str, sizes: tuple, r0: dict, r1: dict):
 
 def _scaling_mistake(setting: str, sizes: tuple, seed: int, grad: torch.Tensor):
     """The hint for a gradient that is not the full batch's, naming the scaling it matches; None when right."""
-    def gives(weight):
-        return close(grad, _weighted_gradient(seed, sizes, weight), rtol=1e-4, atol=1e-6)
+    def gives(weight):  # on the whole vector: the ranks sum each entry's terms in another order than one process
+        return close_in_norm(grad, _weighted_gradient(seed, sizes, weight), rtol=1e-4, atol=1e-6)
 
     if gives(lambda n_i, n, k, world: 1 / n):  # the rank's samples: right
         return None

@@ -24,6 +24,7 @@ __all__ = [
     "as_names",
     "as_number",
     "close",
+    "close_in_norm",
     "equal",
     "is_unanswered",
     "plain",
@@ -114,7 +115,7 @@ def close(a, b, *, rtol: float = 1e-5, atol: float = 1e-7, size=None) -> bool:
 
     ``rtol`` is relative to ``|b|``, or to ``size`` where given: for ``b`` a sum whose terms can cancel (a gradient
     entry near 0), rounding moves it by a share of its terms' sizes, not of its own, and ``size`` (shaped like
-    ``b``) is the same sum taken over its terms' absolute values."""
+    ``b``, or one number for all) is the same sum taken over its terms' absolute values."""
     a = _as_tensor(a, dtype=torch.float64).reshape(-1)
     b = _as_tensor(b, dtype=torch.float64).reshape(-1)
     if a.shape != b.shape or not (_isfinite(a).all() and _isfinite(b).all()):
@@ -123,6 +124,17 @@ def close(a, b, *, rtol: float = 1e-5, atol: float = 1e-7, size=None) -> bool:
         return bool(_allclose(a, b, rtol=rtol, atol=atol))
     size = _as_tensor(size, dtype=torch.float64).reshape(-1)
     return bool(((a - b).abs() <= atol + rtol * size.abs()).all())
+
+
+def close_in_norm(a, b, *, rtol: float = 1e-4, atol: float = 1e-7) -> bool:
+    """Are two equal-shaped tensors (gradients, parameters) the same up to float32 rounding, measured on the whole
+    vector: ``|a - b| <= atol + rtol |b|`` in norm? Summing in another order moves each entry by a rounding error of
+    the largest terms, so an entry near 0 cannot be held to its own size. Non-finite never matches."""
+    a = _as_tensor(a, dtype=torch.float64).reshape(-1)
+    b = _as_tensor(b, dtype=torch.float64).reshape(-1)
+    if a.shape != b.shape or not (_isfinite(a).all() and _isfinite(b).all()):
+        return False
+    return float((a - b).norm()) <= atol + rtol * float(b.norm())
 
 
 def equal(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -159,15 +159,18 @@ _WORK_SIZES = (4, 33)  # batch sizes whose work is counted: a per-sample loop ad
 
 
 def _data(n: int, dim: int, seed: int):
-    """A case's w, x, y and weights. The weights lie between 1 and 2: their sum is then never close to N, so the
-    usual slips (dividing by N, leaving the weights out of the sum or out of the divisor) give values that no
-    draw brings within rounding of each other's or of the loop's, and each keeps its own hint."""
+    """A case's w, x, y and weights, drawn so that the usual slips never land within rounding of the loop's value
+    or of each other's, and each keeps its own hint: the weights lie between 1 and 2, so their sum is never close
+    to N (dividing by N is no accident of the draw), and they rise with the size of the error at w, so the weighted
+    mean of the squared errors exceeds their plain mean by a share of itself (leaving the weights out is no
+    accident either)."""
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(dim, generator=gen, dtype=torch.float64)
     x = torch.randn(n, dim, generator=gen, dtype=torch.float64)
     y = torch.randn(n, generator=gen, dtype=torch.float64)
-    weights = torch.rand(n, generator=gen, dtype=torch.float64) + 1.0
-    return w, x, y, weights
+    weights = torch.rand(n, generator=gen, dtype=torch.float64).sort().values + 1.0
+    by_error = (x @ w - y).abs().argsort()  # the sample with the k-th smallest error gets the k-th smallest weight
+    return w, x, y, torch.empty_like(weights).scatter_(0, by_error, weights)
 
 
 def _shape(t) -> str:
