@@ -21,6 +21,8 @@ PY    := $(BIN)/python
 LEARNER := $(VENV)/.installed-learner
 TESTER  := $(VENV)/.installed-test
 PIP     := $(PY) -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
+# Everything after torch: uv where it can (it downloads in parallel), pip where it cannot (tools/install.py).
+INSTALL := $(PY) -m tools install -c $(CONSTRAINTS)
 
 .PHONY: chromium hub test-hub lab test test-fast test-browser test-package test-pythons notebooks setup setup-test graphviz bench lock clean help \
         soak \
@@ -45,15 +47,15 @@ INSTALL_TORCH = @$(PY) -c "import torch" 2>/dev/null || \
 
 $(LEARNER): pyproject.toml $(CONSTRAINTS) | $(PY)
 	$(INSTALL_TORCH)
-	$(PIP) -e .
+	$(INSTALL) -e .
 	@$(PY) -m tools lab-settings $(VENV)
 	@touch $@
 
-# The tester's packages include the learner's: one pip call for both (a second call resolves everything again
+# The tester's packages include the learner's: one install for both (a second one resolves everything again
 # and rebuilds the editable install), and the learner's set-up is then done too.
 $(TESTER): pyproject.toml $(CONSTRAINTS) | $(PY)
 	$(INSTALL_TORCH)
-	$(PIP) -e ".[test,classroom]"
+	$(INSTALL) -e ".[test,classroom]"
 	@$(PY) -m tools lab-settings $(VENV)
 	@$(PY) -c "import nbgrader" 2>/dev/null || \
 	  echo "NOTE: nbgrader needs Python 3.11+; on $$($(PY) -V) the classroom tests are skipped (the course itself runs)."
@@ -62,7 +64,7 @@ $(TESTER): pyproject.toml $(CONSTRAINTS) | $(PY)
 # The class on JupyterHub: its own extra and the proxy from npm, never part of a learner's install.
 HUB_INSTALLED := $(VENV)/.installed-hub
 $(HUB_INSTALLED): $(TESTER) tools/hub/proxy/package-lock.json
-	$(PIP) -e ".[test,classroom,hub]"
+	$(INSTALL) -e ".[test,classroom,hub]"
 	npm ci --prefix tools/hub/proxy --no-fund --no-audit
 	@touch $@
 

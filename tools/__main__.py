@@ -14,6 +14,7 @@ COMMANDS = {  # command: (module, what it does)
     "lock": ("lock", "print the lock for every supported Python (make lock)"),
     "graphviz": ("ensure_graphviz", "is there a layout engine for the graphs? --system: a system dot (root on Debian)"),
     "chromium": ("ensure_chromium", "make sure the browser tests have a Chromium, the same way"),
+    "install": ("install", "the packages after torch, by uv where it can and by pip where it cannot (make setup)"),
     "lab-settings": ("lab_settings", "install the course's JupyterLab defaults into a virtual environment"),
     "test": ("run_tests", "the unit tests and nbval, with the browser tests beside them (make test)"),
     "pythons": ("other_pythons", "the non-browser suite on other supported Pythons (make test-pythons)"),

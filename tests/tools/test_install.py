@@ -1,0 +1,87 @@
+"""tools/install.py: uv installs what pip would, from where pip would, or pip does it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tools import install
+
+THIS_MACHINE = """\
+:env:.cert='/etc/ssl/certs/ca-certificates.crt'
+:env:.find-links='/wheels/env'
+global.constraint='/etc/pip/constraints.txt'
+global.extra-index-url='file:///mirror/simple https://example.org/simple'
+global.find-links='/wheels/file'
+install.index-url='https://index.example/simple'
+global.index-url='https://ignored.example/simple'
+"""
+
+
+def listed(monkeypatch, text):
+    real = subprocess.run
+
+    def run(command, *args, **kwargs):
+        if command[1:] == ["-m", "pip", "config", "list"]:
+            return subprocess.CompletedProcess(command, 0, stdout=text, stderr="")
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(install.subprocess, "run", run)
+
+
+def test_a_variable_overrides_the_files_and_the_install_section_overrides_global(monkeypatch):
+    listed(monkeypatch, THIS_MACHINE)
+    settings = install.pip_settings(sys.executable)
+    assert settings["find-links"] == "/wheels/env"
+    assert settings["index-url"] == "https://index.example/simple"
+    assert settings["extra-index-url"] == "file:///mirror/simple https://example.org/simple"
+
+
+def test_every_place_and_limit_pip_uses_is_handed_to_uv(monkeypatch):
+    listed(monkeypatch, THIS_MACHINE)
+    options, env = install.uv_options(install.pip_settings(sys.executable))
+    pairs = list(zip(options[::2], options[1::2]))
+    assert ("--index-url", "https://index.example/simple") in pairs
+    assert ("--extra-index-url", "file:///mirror/simple") in pairs
+    assert ("--extra-index-url", "https://example.org/simple") in pairs
+    assert ("--find-links", "/wheels/env") in pairs
+    assert ("--constraint", "/etc/pip/constraints.txt") in pairs
+    assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt"}
+
+
+@pytest.mark.parametrize("setting", ["only-binary", "client-cert", "pre", "index"])
+def test_a_setting_uv_is_not_told_of_sends_the_install_to_pip(setting):
+    with pytest.raises(install.Unsupported, match=setting):
+        install.uv_options({setting: "x"})
+
+
+def test_only_the_arguments_both_installers_read_alike_go_to_uv():
+    assert install.passed_on(["-c", "constraints.txt", "-e", ".[test]"]) == ["-c", "constraints.txt", "-e", ".[test]"]
+    with pytest.raises(install.Unsupported, match="--no-deps"):
+        install.passed_on(["--no-deps", "-e", "."])
+
+
+def test_pip_installs_when_uv_cannot_and_says_why(monkeypatch, capsys):
+    calls = []
+
+    def run(command, *args, **kwargs):
+        calls.append(command)
+        return subprocess.CompletedProcess(command, 0, stdout="global.only-binary=':all:'\n", stderr="")
+
+    monkeypatch.setattr(install.subprocess, "run", run)
+    monkeypatch.delenv("AUTOGRAD_LAB_INSTALLER", raising=False)
+    assert install.main(["-c", "constraints.txt", "-e", "."]) == 0
+    assert "only-binary" in capsys.readouterr().out
+    assert calls[-1][1:4] == ["-m", "pip", "install"] and calls[-1][-4:] == ["-c", "constraints.txt", "-e", "."]
+    assert not any("uv" in command for command in calls)
+
+
+def test_autograd_lab_installer_pip_skips_uv(monkeypatch):
+    calls = []
+    monkeypatch.setattr(install.subprocess, "run", lambda command, *a, **k: calls.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    monkeypatch.setenv("AUTOGRAD_LAB_INSTALLER", "pip")
+    assert install.main(["-e", "."]) == 0
+    assert len(calls) == 1 and calls[0][1:4] == ["-m", "pip", "install"]

@@ -1,0 +1,117 @@
+"""Install the course's packages into this virtual environment: uv where it can, pip where it cannot.
+
+The Makefile installs torch first, with pip: TORCH_INDEX and this machine's pip settings choose the build.
+Everything else (JupyterLab, the test and classroom tools: well over a hundred packages) comes next, and
+there pip spends most of a set-up resolving and downloading one package after another; uv installs the same
+locked set, downloading in parallel. torch, already installed, satisfies the lock and is left as it is.
+
+uv reads neither pip's configuration files nor its PIP_* variables, so the settings that say where packages
+come from and which versions are allowed are handed on (index-url, extra-index-url, find-links, no-index,
+constraint, trusted-host, cert, proxy). A pip setting not known here, a uv that cannot be installed, or a uv
+that fails: pip installs the same set, and a line says why.
+
+    python -m tools install PIP_INSTALL_ARGS...      e.g.  -c constraints.txt -e ".[test,classroom]"
+
+Only ``-c FILE``, ``-e TARGET`` and plain requirements are passed (both installers read them alike).
+AUTOGRAD_LAB_INSTALLER=pip makes pip do it all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+UV = "uv==0.13.9"  # the installer itself, pinned: a new uv never changes a set-up unannounced
+
+# pip settings that change nothing about what is installed from where.
+HARMLESS = {"cert", "default-timeout", "timeout", "retries", "disable-pip-version-check", "no-cache-dir",
+            "cache-dir", "progress-bar", "quiet", "verbose", "root-user-action", "no-warn-script-location",
+            "require-virtualenv", "no-input", "no-color", "log", "break-system-packages", "use-feature",
+            "no-python-version-warning", "exists-action", "user-agent"}
+LISTS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links", "constraint": "--constraint",
+         "trusted-host": "--allow-insecure-host"}
+
+
+class Unsupported(Exception):
+    """A pip setting uv cannot be told: pip installs instead."""
+
+
+def pip_settings(python: str) -> dict[str, str]:
+    """pip's effective settings for `pip install`, as `pip config list` gives them (files, then PIP_* variables:
+    the install section overrides global, a variable overrides both)."""
+    listed = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    rank = {"global": 0, "install": 1, ":env:": 2}
+    found: dict[str, tuple[int, str]] = {}
+    for line in listed.splitlines():
+        match = re.match(r"^(global|install|:env:)\.([a-z0-9-]+)='(.*)'$", line.strip())
+        if match:
+            section, key, value = match.groups()
+            if key not in found or rank[section] >= found[key][0]:
+                found[key] = (rank[section], value)
+    return {key: value for key, (_, value) in found.items()}
+
+
+def uv_options(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """uv's command-line options and environment for pip's settings; Unsupported for one it cannot take."""
+    options, env = [], {}
+    for key, value in settings.items():
+        if key in LISTS:
+            for item in value.split():
+                options += [LISTS[key], item]
+        elif key == "index-url":
+            options += ["--index-url", value]
+        elif key == "no-index":
+            if value.lower() in ("1", "true", "yes", "on"):
+                options.append("--no-index")
+        elif key == "proxy":
+            env.update(HTTP_PROXY=value, HTTPS_PROXY=value)
+        elif key == "cert":
+            env.setdefault("SSL_CERT_FILE", value)
+        elif key not in HARMLESS:
+            raise Unsupported(f"pip's setting {key!r}")
+    return options, env
+
+
+def passed_on(args: list[str]) -> list[str]:
+    """The pip install arguments both installers take alike; Unsupported for any other."""
+    for i, arg in enumerate(args):
+        if arg.startswith("-") and arg not in ("-c", "-e") and (i == 0 or args[i - 1] not in ("-c", "-e")):
+            raise Unsupported(f"the argument {arg!r}")
+    return args
+
+
+def with_uv(python: str, args: list[str]) -> str | None:
+    """Install with uv; None when done, else the reason pip should do it."""
+    try:
+        options, env = uv_options(pip_settings(python))
+        passed_on(args)
+    except Unsupported as reason:
+        return f"{reason} has no uv equivalent here"
+    if subprocess.run([python, "-c", "import uv"], capture_output=True).returncode != 0:
+        got = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", UV])
+        if got.returncode != 0:
+            return f"{UV} could not be installed"
+    command = [python, "-m", "uv", "pip", "install", "--python", python, "--compile-bytecode",
+               "--index-strategy", "unsafe-best-match", *options, *args]
+    done = subprocess.run(command, env={**os.environ, **env})
+    return None if done.returncode == 0 else f"uv failed (exit status {done.returncode})"
+
+
+def main(argv=None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    python = sys.executable
+    if os.environ.get("AUTOGRAD_LAB_INSTALLER", "uv") != "pip":
+        reason = with_uv(python, args)
+        if reason is None:
+            return 0
+        print(f"install: {reason}; pip installs the packages instead.", flush=True)
+    command = [python, "-m", "pip", "install", "--disable-pip-version-check", *args]
+    print(shlex.join(command), flush=True)
+    return subprocess.run(command).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
