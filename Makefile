@@ -96,7 +96,7 @@ test-fast: setup-test ## the unit tests and nbval, without the slow tests and th
 	$(PY) -m tools test --fast --jobs $(JOBS)
 
 test-browser: setup-test chromium ## only the browser tests (real JupyterLab in headless Chromium)
-	$(PY) -m pytest -m browser tests
+	$(PY) -m pytest -m browser tests/browser
 
 # The wheel, installed into a fresh venv that has only torch, makes a copy and runs a notebook (a few minutes).
 test-package: setup-test ## the wheel into a fresh venv that has only torch: no torch reinstalled, its copy's notebook runs

@@ -15,6 +15,7 @@ What each suite selects (pytest -m), with one home here:
         round trips that only ``make test-hub`` runs (mark ``autograde``) and the wheel's test in a fresh
         environment (mark ``package``, ``make test-package``)
   FAST  REST without the tests marked ``slow``
+  the browser suite: the tests marked ``browser``, all in tests/browser/
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "test-artifacts" / "browser-tests.log"
 REST = "not browser and not hub and not autograde and not package"
 FAST = f"{REST} and not slow"
+BROWSER_TESTS = "tests/browser"  # where every browser test lives: collecting only there spares a whole collection
 
 
 def commands(jobs: int, fast: bool = False) -> tuple[list[str], list[str]]:
     """The rest (unit tests and nbval: one notebook's cells stay on one worker) and the browser suite."""
     pytest = [sys.executable, "-m", "pytest"]
     rest = [*pytest, "-m", FAST if fast else REST, "-n", str(jobs), "--dist", "loadscope", "tests", "notebooks"]
-    browser = [*pytest, "-m", "browser", "-p", "no:cacheprovider", "tests"]
+    browser = [*pytest, "-m", "browser", "-p", "no:cacheprovider", BROWSER_TESTS]
     return rest, browser
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,23 +38,37 @@ def test_each_suite_selects_its_tests_by_mark(pytester, fast):
     """Run on a folder with one test per mark, each command line collects the tests its docstring names."""
     pytester.makeini("[pytest]\nmarkers =\n" + "".join(f"    {mark}: a mark\n" for mark in MARKS))
     (pytester.path / "notebooks").mkdir()
-    (pytester.path / "tests").mkdir()
-    (pytester.path / "tests" / "test_marks.py").write_text(
-        "import pytest\n\n"
-        + "".join(f"@pytest.mark.{mark}\ndef test_{mark}():\n    pass\n\n" for mark in MARKS)
-        + "def test_unmarked():\n    pass\n"
-    )
+    (pytester.path / "tests" / "browser").mkdir(parents=True)
+    for folder in ("tests", "tests/browser"):  # a browser test outside tests/browser/ is refused below
+        (pytester.path / folder / f"test_marks_{folder.replace('/', '_')}.py").write_text(
+            "import pytest\n\n"
+            + "".join(f"@pytest.mark.{mark}\ndef test_{mark}():\n    pass\n\n" for mark in MARKS)
+            + "def test_unmarked():\n    pass\n"
+        )
 
     def collected(cmd):
         assert cmd[:3] == [sys.executable, "-m", "pytest"]
         result = pytester.runpytest(*cmd[3:], "--collect-only", "-q")
-        return {line.split("::")[-1] for line in result.outlines if "::" in line}
+        return {line.split("::")[0].split("/")[-2] + "::" + line.split("::")[-1]
+                for line in result.outlines if "::" in line}
 
     rest, browser = run_tests.commands(0, fast=fast)
     expected = {"test_unmarked"} if fast else {"test_unmarked", "test_slow"}
-    assert collected(rest) == expected
-    assert collected(browser) == {"test_browser"}
+    assert collected(rest) == {f"{folder}::{name}" for folder in ("tests", "browser") for name in expected}
+    assert collected(browser) == {"browser::test_browser"}
     assert rest[-2:] == ["tests", "notebooks"], "the rest runs the unit tests and nbval on every notebook"
+
+
+MARKED = re.compile(r"@pytest\.mark\.browser|pytestmark\s*=.*mark\.browser")
+
+
+def test_every_browser_test_lives_where_the_browser_suite_collects():
+    """The browser suite collects tests/browser/ only; a browser test elsewhere would run in no suite."""
+    root = Path(run_tests.ROOT)
+    elsewhere = [path.relative_to(root).as_posix() for path in (root / "tests").rglob("test_*.py")
+                 if MARKED.search(path.read_text(encoding="utf-8"))
+                 and not path.is_relative_to(root / run_tests.BROWSER_TESTS)]
+    assert elsewhere == [], f"browser tests outside {run_tests.BROWSER_TESTS}/: {elsewhere}"
 
 
 def test_each_test_process_and_what_it_starts_runs_one_torch_thread():
