@@ -12,7 +12,8 @@ that fails: pip installs the same set, and a line says why.
 
     python -m tools install PIP_INSTALL_ARGS...      e.g.  -c constraints.txt -e ".[test,classroom]"
 
-Only ``-c FILE``, ``-e TARGET`` and plain requirements are passed (both installers read them alike).
+Only ``-c FILE``, ``-e TARGET`` and plain requirements are passed (both installers read them alike). Last,
+whatever is installed without byte-code (torch: see ``compile_what_is_left``) is compiled on every core.
 AUTOGRAD_LAB_INSTALLER=pip makes pip do it all.
 """
 
@@ -100,17 +101,35 @@ def with_uv(python: str, args: list[str]) -> str | None:
     return None if done.returncode == 0 else f"uv failed (exit status {done.returncode})"
 
 
+def compile_what_is_left(python: str) -> None:
+    """Byte-code for every module installed without it, on every core. The Makefile installs torch with pip's
+    --no-compile and leaves its thousands of files to this step (pip compiles them one after another); files
+    compiled already are skipped. Where Python never writes byte-code at import (PYTHONDONTWRITEBYTECODE),
+    a module left uncompiled is compiled again in every process: `import torch` would take twice as long."""
+    asked = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True)
+    site = (asked.stdout or "").strip() if asked.returncode == 0 else ""
+    if site:  # -qq: a file that is not Python of this version (a template, a test of another) is skipped, as pip does
+        subprocess.run([python, "-m", "compileall", "-qq", "-j", "0", site])
+
+
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     python = sys.executable
+    code = None
     if os.environ.get("AUTOGRAD_LAB_INSTALLER", "uv") != "pip":
         reason = with_uv(python, args)
         if reason is None:
-            return 0
-        print(f"install: {reason}; pip installs the packages instead.", flush=True)
-    command = [python, "-m", "pip", "install", "--disable-pip-version-check", *args]
-    print(shlex.join(command), flush=True)
-    return subprocess.run(command).returncode
+            code = 0
+        else:
+            print(f"install: {reason}; pip installs the packages instead.", flush=True)
+    if code is None:
+        command = [python, "-m", "pip", "install", "--disable-pip-version-check", *args]
+        print(shlex.join(command), flush=True)
+        code = subprocess.run(command).returncode
+    if code == 0:
+        compile_what_is_left(python)
+    return code
 
 
 if __name__ == "__main__":

@@ -74,8 +74,10 @@ def test_pip_installs_when_uv_cannot_and_says_why(monkeypatch, capsys):
     monkeypatch.delenv("AUTOGRAD_LAB_INSTALLER", raising=False)
     assert install.main(["-c", "constraints.txt", "-e", "."]) == 0
     assert "only-binary" in capsys.readouterr().out
-    assert calls[-1][1:4] == ["-m", "pip", "install"] and calls[-1][-4:] == ["-c", "constraints.txt", "-e", "."]
+    installs = [command for command in calls if command[1:4] == ["-m", "pip", "install"]]
+    assert len(installs) == 1 and installs[0][-4:] == ["-c", "constraints.txt", "-e", "."]
     assert not any("uv" in command for command in calls)
+    assert calls[-1][1:3] == ["-m", "compileall"], "then what is left without byte-code (torch) is compiled"
 
 
 def test_autograd_lab_installer_pip_skips_uv(monkeypatch):
@@ -84,4 +86,30 @@ def test_autograd_lab_installer_pip_skips_uv(monkeypatch):
                         subprocess.CompletedProcess(command, 0))
     monkeypatch.setenv("AUTOGRAD_LAB_INSTALLER", "pip")
     assert install.main(["-e", "."]) == 0
-    assert len(calls) == 1 and calls[0][1:4] == ["-m", "pip", "install"]
+    assert calls[0][1:4] == ["-m", "pip", "install"] and not any("uv" in command for command in calls)
+
+
+def test_nothing_is_compiled_after_a_failed_install(monkeypatch):
+    calls = []
+    monkeypatch.setattr(install.subprocess, "run", lambda command, *a, **k: calls.append(command) or
+                        subprocess.CompletedProcess(command, 1))
+    monkeypatch.setenv("AUTOGRAD_LAB_INSTALLER", "pip")
+    assert install.main(["-e", "."]) == 1
+    assert len(calls) == 1
+
+
+def test_what_was_installed_without_byte_code_is_compiled(tmp_path, monkeypatch):
+    package = tmp_path / "site" / "torchlike"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("x = 1\n")
+    (package / "template.py").write_text("def {{ name }}():\n")  # not Python: skipped quietly, as pip skips it
+    real = subprocess.run
+
+    def run(command, *args, **kwargs):
+        if command[1] == "-c":  # where this interpreter installs: here, the folder above
+            return subprocess.CompletedProcess(command, 0, stdout=f"{tmp_path / 'site'}\n", stderr="")
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(install.subprocess, "run", run)
+    install.compile_what_is_left(sys.executable)
+    assert [p.name.split(".")[0] for p in (package / "__pycache__").iterdir()] == ["__init__"]
