@@ -66,8 +66,9 @@ def trusted_namespaces() -> list:
               torch.utils._python_dispatch.TorchDispatchMode, torch.overrides.TorchFunctionMode, math, copy,
               inspect]
     package = __name__.rpartition(".")[0]
-    for name, module in sorted(sys.modules.items()):
-        if module is not None and name.startswith(package + "."):
+    for name in sorted(name for name in list(sys.modules) if name.startswith(package + ".")):
+        module = sys.modules.get(name)
+        if module is not None:
             spaces.append(module)
             spaces += [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == name]
     return spaces
