@@ -19,6 +19,7 @@ AUTOGRAD_LAB_INSTALLER=pip makes pip do it all.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shlex
@@ -31,7 +32,7 @@ UV = "uv==0.13.9"  # the installer itself, pinned: a new uv never changes a set-
 HARMLESS = {"cert", "default-timeout", "timeout", "retries", "disable-pip-version-check", "no-cache-dir",
             "cache-dir", "progress-bar", "quiet", "verbose", "root-user-action", "no-warn-script-location",
             "require-virtualenv", "no-input", "no-color", "log", "break-system-packages", "use-feature",
-            "no-python-version-warning", "exists-action", "user-agent"}
+            "no-python-version-warning", "exists-action", "user-agent", "config-file"}
 LISTS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links", "constraint": "--constraint",
          "trusted-host": "--allow-insecure-host"}
 
@@ -47,9 +48,13 @@ def pip_settings(python: str) -> dict[str, str]:
     rank = {"global": 0, "install": 1, ":env:": 2}
     found: dict[str, tuple[int, str]] = {}
     for line in listed.splitlines():
-        match = re.match(r"^(global|install|:env:)\.([a-z0-9-]+)='(.*)'$", line.strip())
+        match = re.match(r"^(global|install|:env:)\.([a-z0-9-]+)=(.+)$", line.strip())
         if match:
-            section, key, value = match.groups()
+            section, key, shown = match.groups()
+            try:  # pip shows each value as Python's repr: a list in a file, one per line, shows as '...\n...'
+                value = str(ast.literal_eval(shown))
+            except (ValueError, SyntaxError):
+                raise Unsupported(f"pip's setting {key!r} ({shown})") from None
             if key not in found or rank[section] >= found[key][0]:
                 found[key] = (rank[section], value)
     return {key: value for key, (_, value) in found.items()}

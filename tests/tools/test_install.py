@@ -13,7 +13,7 @@ THIS_MACHINE = """\
 :env:.cert='/etc/ssl/certs/ca-certificates.crt'
 :env:.find-links='/wheels/env'
 global.constraint='/etc/pip/constraints.txt'
-global.extra-index-url='file:///mirror/simple https://example.org/simple'
+global.extra-index-url='file:///mirror/simple\\nhttps://example.org/simple'
 global.find-links='/wheels/file'
 install.index-url='https://index.example/simple'
 global.index-url='https://ignored.example/simple'
@@ -36,7 +36,7 @@ def test_a_variable_overrides_the_files_and_the_install_section_overrides_global
     settings = install.pip_settings(sys.executable)
     assert settings["find-links"] == "/wheels/env"
     assert settings["index-url"] == "https://index.example/simple"
-    assert settings["extra-index-url"] == "file:///mirror/simple https://example.org/simple"
+    assert settings["extra-index-url"].split() == ["file:///mirror/simple", "https://example.org/simple"]
 
 
 def test_every_place_and_limit_pip_uses_is_handed_to_uv(monkeypatch):
