@@ -29,7 +29,7 @@ import sys
 UV = "uv==0.13.9"  # the installer itself, pinned: a new uv never changes a set-up unannounced
 
 # pip settings that change nothing about what is installed from where.
-HARMLESS = {"cert", "default-timeout", "timeout", "retries", "disable-pip-version-check", "no-cache-dir",
+HARMLESS = {"default-timeout", "timeout", "retries", "disable-pip-version-check", "no-cache-dir",
             "cache-dir", "progress-bar", "quiet", "verbose", "root-user-action", "no-warn-script-location",
             "require-virtualenv", "no-input", "no-color", "log", "break-system-packages", "use-feature",
             "no-python-version-warning", "exists-action", "user-agent", "config-file"}
