@@ -63,14 +63,20 @@ def test_only_the_arguments_both_installers_read_alike_go_to_uv():
         install.passed_on(["--no-deps", "-e", "."])
 
 
-def test_pip_installs_when_uv_cannot_and_says_why(monkeypatch, capsys):
+def recorded(monkeypatch, returncode=0, stdout=""):
+    """Every command the installer runs, recorded instead of run; each ends with ``returncode``."""
     calls = []
 
     def run(command, *args, **kwargs):
         calls.append(command)
-        return subprocess.CompletedProcess(command, 0, stdout="global.only-binary=':all:'\n", stderr="")
+        return subprocess.CompletedProcess(command, returncode, stdout=stdout, stderr="")
 
     monkeypatch.setattr(install.subprocess, "run", run)
+    return calls
+
+
+def test_pip_installs_when_uv_cannot_and_says_why(monkeypatch, capsys):
+    calls = recorded(monkeypatch, stdout="global.only-binary=':all:'\n")
     monkeypatch.delenv("AUTOGRAD_LAB_INSTALLER", raising=False)
     assert install.main(["-c", "constraints.txt", "-e", "."]) == 0
     assert "only-binary" in capsys.readouterr().out
@@ -80,22 +86,14 @@ def test_pip_installs_when_uv_cannot_and_says_why(monkeypatch, capsys):
     assert calls[-1][1:3] == ["-m", "compileall"], "then what is left without byte-code (torch) is compiled"
 
 
-def test_autograd_lab_installer_pip_skips_uv(monkeypatch):
-    calls = []
-    monkeypatch.setattr(install.subprocess, "run", lambda command, *a, **k: calls.append(command) or
-                        subprocess.CompletedProcess(command, 0))
+@pytest.mark.parametrize("returncode, compiled", [(0, True), (1, False)], ids=["installed", "failed"])
+def test_autograd_lab_installer_pip_skips_uv_and_compiles_only_after_a_good_install(monkeypatch, returncode,
+                                                                                   compiled):
+    calls = recorded(monkeypatch, returncode, stdout="site-packages\n")  # also where the compiling looks
     monkeypatch.setenv("AUTOGRAD_LAB_INSTALLER", "pip")
-    assert install.main(["-e", "."]) == 0
+    assert install.main(["-e", "."]) == returncode
     assert calls[0][1:4] == ["-m", "pip", "install"] and not any("uv" in command for command in calls)
-
-
-def test_nothing_is_compiled_after_a_failed_install(monkeypatch):
-    calls = []
-    monkeypatch.setattr(install.subprocess, "run", lambda command, *a, **k: calls.append(command) or
-                        subprocess.CompletedProcess(command, 1))
-    monkeypatch.setenv("AUTOGRAD_LAB_INSTALLER", "pip")
-    assert install.main(["-e", "."]) == 1
-    assert len(calls) == 1
+    assert any(command[1:3] == ["-m", "compileall"] for command in calls) == compiled
 
 
 def test_what_was_installed_without_byte_code_is_compiled(tmp_path, monkeypatch):
