@@ -93,9 +93,7 @@ def _problem(n, sizes, seed):
     """A model and ``n`` micro-batches of padded sequences, ``sizes[i % len(sizes)]`` sequences in the i-th."""
     g = torch.Generator().manual_seed(seed)
     batches = [_padded(g, sizes[i % len(sizes)]) for i in range(n)]
-    # the CPU's generator alone (the problem computes on the CPU): torch.manual_seed also queues a seed for
-    # each device backend not yet started, formatting the caller's stack each time
-    torch.default_generator.manual_seed(seed)
+    trust.seed_cpu(seed)
     return _model(), batches
 
 
@@ -325,7 +323,7 @@ def _factor_problem(seed, world):
     1 to 3 padded sequences."""
     g = torch.Generator().manual_seed(seed)
     updates = [[_unequal_group(g, size) for _ in range(world)] for size in _FACTOR_GROUPS]
-    torch.default_generator.manual_seed(seed)
+    trust.seed_cpu(seed)
     return _model(), updates
 
 

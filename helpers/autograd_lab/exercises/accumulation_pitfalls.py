@@ -183,9 +183,7 @@ def _run(make_model, full, accumulated, k, *, n=24, updates=2, seed=None, make_o
     make_opt = make_opt or (lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9))
     model_a = _train(make_model, make_opt, lambda m, o, x, y: accumulated(m, o, x, y, k), n, updates, seed, watch)
     model_f = _train(make_model, make_opt, full, n, updates, seed)
-    # the CPU's generator alone (the problem computes on the CPU): torch.manual_seed also queues a seed for
-    # each device backend not yet started, formatting the caller's stack each time
-    torch.default_generator.manual_seed(seed)
+    trust.seed_cpu(seed)
     start = [p.detach().clone() for p in copy.deepcopy(make_model()).parameters()]
     return _largest_param_diff(model_a, model_f, start)
 
@@ -196,11 +194,11 @@ def _train(make_model, make_opt, update, n, updates, seed, watch=None):
     given, the kernel kept as found). The parameters are read once the last call has returned."""
     gen = torch.Generator().manual_seed(seed)
     data = [(torch.randn(n, IN_FEATURES, generator=gen), torch.randn(n, 1, generator=gen)) for _ in range(updates)]
-    torch.default_generator.manual_seed(seed)
+    trust.seed_cpu(seed)
     model = copy.deepcopy(make_model())  # the learner's own model object (exercise 3) stays untouched
     opt = make_opt(model.parameters())
     for x, y in data:
-        torch.default_generator.manual_seed(seed + 1)
+        trust.seed_cpu(seed + 1)
         with watch(model, opt) if watch is not None else contextlib.nullcontext(), kept_as_found():
             update(model, opt, x.clone(), y.clone())
     return model
@@ -523,8 +521,9 @@ def _how_the_penalty_came(watch) -> str:
 _BATCH_NORMS = (nn.modules.batchnorm._BatchNorm,)  # SyncBatchNorm included
 _BUILT_IN_NORMS = _BATCH_NORMS + (nn.modules.instancenorm._InstanceNorm, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm,
                                   nn.LocalResponseNorm)
-_PROBE = 8  # samples in the probe batch the model is first run on: a normalization is told by most of them
-#            (_undoes_scaling), so that one sample whose spread is near eps does not decide
+# Samples in the probe batch the model is first run on. A normalization is told by most of them (_undoes_scaling),
+# so that one sample whose spread is near eps does not decide.
+_PROBE = 8
 _SPREAD = 1e-4  # values that differ by less than this count as one value (a kernel's rounding of a constant)
 _SCALE = 3.0  # the first Linear's output is multiplied by this: a normalization after it undoes that
 

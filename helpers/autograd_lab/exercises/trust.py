@@ -35,10 +35,11 @@ import torch.overrides
 import torch.utils._python_dispatch
 from torch import nn
 
-__all__ = ["fresh_generator", "fresh_seed", "record", "replaced", "restore", "trusted_namespaces"]
+__all__ = ["fresh_generator", "fresh_seed", "record", "replaced", "restore", "seed_cpu", "trusted_namespaces"]
 
 _randbits = secrets.randbits  # bound here: a cell that replaces secrets.randbits later does not reach the draws
 _Generator = torch.Generator
+_CPU_GENERATOR = torch.default_generator  # the generator models are made and dropout draws with on the CPU
 
 # Builtins the checks call; the rest of builtins is the kernel's business (ipykernel swaps input() per cell).
 _BUILTINS = ("abs", "all", "any", "callable", "enumerate", "float", "getattr", "hasattr", "int", "isinstance",
@@ -49,6 +50,12 @@ _BUILTINS = ("abs", "all", "any", "callable", "enumerate", "float", "getattr", "
 def fresh_seed() -> int:
     """A seed from the operating system's entropy (63 bits), never from torch's or Python's random state."""
     return _randbits(63)
+
+
+def seed_cpu(seed: int) -> None:
+    """Seed torch's CPU generator, for a problem that computes on the CPU alone. Not ``torch.manual_seed``: that also
+    queues a seed for each device backend not yet started, formatting the caller's stack each time."""
+    _CPU_GENERATOR.manual_seed(seed)
 
 
 def fresh_generator() -> torch.Generator:
