@@ -127,3 +127,32 @@ def test_record_passes_sees_outputs_in_dataclasses_and_tuples():
         for _ in range(2):
             model(torch.randn(5, 3)).logits.pow(2).mean().backward()
     assert log.forward_sizes == [5, 5] and log.outputs_per_backward == [1, 1]
+
+
+def test_the_watcher_finds_every_tensor_an_operation_takes_and_gives():
+    """Its own walk of an operation's arguments and results finds what torch's general tree walk finds."""
+    import torch.utils._pytree as pytree
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from autograd_lab.exercises.loops import _tensors_in
+
+    missed = []
+
+    class Compare(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for tree in ((args, kwargs or {}), out):
+                ids = {id(t) for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)}
+                if {id(t) for t in _tensors_in(tree)} != ids:
+                    missed.append(str(func))
+            return out
+
+    w = torch.randn(3, 4, requires_grad=True)
+    x = torch.randn(5, 4)
+    with Compare():
+        y = torch.nn.functional.linear(x, w)
+        parts = y.split(2)
+        z = torch.cat(parts, dim=0)[torch.tensor([0, 2]), None]
+        z = z.index_put((torch.tensor([1]),), torch.tensor(1.0))
+        torch.nn.functional.mse_loss(z.sum(-1), torch.zeros(2)).backward()
+    assert not missed, missed

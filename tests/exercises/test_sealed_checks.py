@@ -190,6 +190,18 @@ def test_assert_passed_replaced_before_the_grader_line_still_raises():
     assert Feedback.assert_passed is real
 
 
+class _EqualToAnything:
+    """A replacement that calls itself equal to whatever it is compared with: namespaces are compared by identity."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+    def __call__(self, *args, **kwargs):
+        return True
+
+
 @pytest.mark.parametrize("owner, name, value, check", [
     (torch.Tensor, "backward", lambda self, *a, **k: None, lambda: ex04.check_training_loop(loop04())),
     (torch.Tensor, "register_hook", lambda self, hook: None, lambda: ex04.check_training_loop(loop04())),
@@ -197,7 +209,9 @@ def test_assert_passed_replaced_before_the_grader_line_still_raises():
     (torch, "sigmoid", lambda x: x, lambda: ex08.check_silu_backward(_Silu)),
     (math, "ceil", lambda x: 0, lambda: ex05.check_accumulated_update(right05)),
     (torch, "allclose", lambda *a, **k: True, lambda: ex02.check_div_backward(right_div)),
-], ids=["Tensor.backward", "Tensor.register_hook", "Tensor.is_leaf", "torch.sigmoid", "math.ceil", "allclose"])
+    (torch, "allclose", _EqualToAnything(), lambda: ex02.check_div_backward(right_div)),
+], ids=["Tensor.backward", "Tensor.register_hook", "Tensor.is_leaf", "torch.sigmoid", "math.ceil", "allclose",
+        "allclose equal to anything"])
 def test_torch_or_math_replaced_before_the_check_fails_it_names_it_and_is_put_back(owner, name, value, check):
     real = vars(owner).get(name)
     setattr(owner, name, value)
@@ -217,6 +231,24 @@ def test_torch_wrapping_its_own_functions_on_import_is_no_replacement():
     import torch._dynamo  # noqa: F401 -- wraps torch.manual_seed when imported
 
     assert not trust.replaced()
+    wrapped = torch.manual_seed  # noted as torch's own now: replacing it is still found and put back
+    torch.manual_seed = lambda seed: None
+    assert "torch.manual_seed" in trust.replaced()
+    trust.restore()
+    assert torch.manual_seed is wrapped and not trust.replaced()
+
+
+def test_a_check_module_imported_later_is_trusted_from_its_import_on():
+    import types
+
+    before = trust.trusted_namespaces()
+    module = types.ModuleType("autograd_lab.exercises._imported_later")
+    sys.modules[module.__name__] = module
+    try:
+        assert module not in before and module in trust.trusted_namespaces()
+    finally:
+        del sys.modules[module.__name__]
+    assert module not in trust.trusted_namespaces()
 
 
 def test_references_are_not_public_names_of_the_check_modules():

@@ -41,6 +41,8 @@ def _snapshot_namespaces():
 def _restore_namespaces(saved):
     for space, attributes in saved:
         current = vars(space)
+        if trust.unchanged(current, attributes):
+            continue
         for name, value in attributes.items():
             if current.get(name, _MISSING) is not value:
                 (type.__setattr__ if isinstance(space, type) else object.__setattr__)(space, name, value)

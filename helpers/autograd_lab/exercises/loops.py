@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
-import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
@@ -195,7 +194,7 @@ class _SampleUses(TorchDispatchMode):
         out = func(*args, **kwargs)
         if not torch.is_grad_enabled():
             return out
-        tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        tensors = _tensors_in((args, kwargs))
         own = [t for t in tensors if self._is_own(t)]
         if own:
             shapes = {tuple(t.shape) for t in own}
@@ -204,8 +203,24 @@ class _SampleUses(TorchDispatchMode):
             if others:
                 self.log.widest_use = max([self.log.widest_use] + [len(t) if t.dim() else 1 for t in others])
             else:
-                self.own.update(_storage(t) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+                self.own.update(_storage(t) for t in _tensors_in(out))
         return out
+
+
+def _tensors_in(tree) -> list:
+    """The tensors in an operator's arguments or results: tensors, lists and tuples of them, keyword dicts (an
+    operator's schema nests nothing else). torch's general tree walk, which also knows named tuples and registered
+    classes, costs more than most of the operations watched."""
+    found, todo = [], [tree]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+        elif isinstance(item, Mapping):
+            todo.extend(item.values())
+    return found
 
 
 def _storage(t) -> int | None:

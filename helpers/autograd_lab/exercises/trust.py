@@ -24,6 +24,7 @@ import builtins
 import copy
 import inspect
 import math
+import operator
 import os
 import secrets
 import sys
@@ -35,7 +36,8 @@ import torch.overrides
 import torch.utils._python_dispatch
 from torch import nn
 
-__all__ = ["fresh_generator", "fresh_seed", "record", "replaced", "restore", "seed_cpu", "trusted_namespaces"]
+__all__ = ["fresh_generator", "fresh_seed", "record", "replaced", "restore", "seed_cpu", "trusted_namespaces",
+           "unchanged"]
 
 _randbits = secrets.randbits  # bound here: a cell that replaces secrets.randbits later does not reach the draws
 _Generator = torch.Generator
@@ -63,9 +65,18 @@ def fresh_generator() -> torch.Generator:
     return _Generator().manual_seed(fresh_seed())
 
 
-def trusted_namespaces() -> list:
+# What trusted_namespaces() found last, and len(sys.modules) then (not a list: record() notes lists' contents).
+_FOUND = types.SimpleNamespace(modules=-1, spaces=[])
+
+
+def trusted_namespaces(fresh: bool = False) -> list:
     """The modules and classes whose attributes a check relies on: torch's namespaces and classes the checks call,
-    ``math`` and ``copy``, and the course's check modules with the classes they define."""
+    ``math`` and ``copy``, and the course's check modules with the classes they define.
+
+    Every call of a learner's function asks for them: the list is looked for again only when a module has been
+    imported since (or ``fresh``: ``record()``, while a check module is being imported, has its classes to add)."""
+    if not fresh and _FOUND.modules == len(sys.modules):
+        return list(_FOUND.spaces)
     spaces = [torch, torch.Tensor, torch._C.TensorBase, torch.nn.functional, torch.autograd, torch.autograd.graph,
               torch.autograd.Function, torch.autograd.function.FunctionCtx, nn.Module, nn.Parameter, nn.Linear,
               nn.Sequential, nn.MSELoss, nn.utils, nn.utils.clip_grad, torch.optim.Optimizer, torch.optim.SGD,
@@ -78,7 +89,15 @@ def trusted_namespaces() -> list:
         if module is not None:
             spaces.append(module)
             spaces += [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == name]
-    return spaces
+    _FOUND.modules, _FOUND.spaces = len(sys.modules), spaces
+    return list(spaces)
+
+
+def unchanged(now: dict, recorded: dict) -> bool:
+    """Whether a namespace's attributes are the recorded ones: the same names, in the same order, bound to the
+    very same objects (compared by identity, never with ``==``, which an object can answer as it likes)."""
+    return len(now) == len(recorded) and list(now) == list(recorded) and all(
+        map(operator.is_, now.values(), recorded.values()))
 
 
 _RECORD: dict = {}  # id(namespace) -> (namespace, {name: value}, {name: contents of a check module's container})
@@ -114,7 +133,7 @@ def record(finished: str):
     """Seal every check module whose code has run and note every trusted namespace as it is now (a namespace
     noted before keeps its first record). Each check module calls it last, ``record(__name__)``: a module still
     being imported is noted on a later call, once its names are all defined."""
-    for space in trusted_namespaces():
+    for space in trusted_namespaces(fresh=True):
         module = sys.modules.get(space.__name__ if isinstance(space, types.ModuleType) else space.__module__)
         if id(space) in _RECORD and not (module is not None and module.__name__ == finished):
             continue  # noted before (a module that just ran again, importlib.reload, is noted anew)
@@ -149,11 +168,21 @@ def _changed(space, attrs, contents) -> list:
     """(name, recorded value) for each attribute of ``space`` that differs from its record: replaced, removed,
     emptied in place, or (for a class) shadowing what a base class defines (``torch.Tensor.allclose = f``)."""
     now = vars(space) if space is not builtins else {n: getattr(builtins, n, _MISSING) for n in attrs}
+    if unchanged(now, attrs):  # the usual case, told at once; a check module's containers may still be emptied
+        return [(n, attrs[n]) for n in contents if not _same_contents(attrs[n], contents[n])]
     found = [(n, v) for n, v in attrs.items() if not _kept(now.get(n, _MISSING), v)
              or (n in contents and not _same_contents(v, contents[n]))]
     if isinstance(space, type):
         found += [(n, _MISSING) for n in now if n not in attrs and any(n in vars(b) for b in space.__mro__[1:])]
+    if not found and space is not builtins and _only_imports_added(now, attrs):  # torch's wrappers, submodules:
+        _RECORD[id(space)] = (space, dict(now), contents)  # noted, so that the next look is quick
     return found
+
+
+def _only_imports_added(now: dict, recorded: dict) -> bool:
+    """No recorded name is gone, and each new one is a module (an import sets ``torch._dynamo`` on ``torch``)."""
+    added = now.keys() - recorded.keys()
+    return recorded.keys() <= now.keys() and all(isinstance(now[n], types.ModuleType) for n in added)
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -179,14 +208,14 @@ def replaced() -> list[str]:
     """What differs from the record, as ``torch.Tensor.backward``-style names (empty when nothing does); functions a
     notebook cell had put into torch before the record are named with "(before the checks were imported)"."""
     names = list(_BEFORE)
-    for space, attrs, contents in _RECORD.values():
+    for space, attrs, contents in list(_RECORD.values()):
         names += [_label(space, n) for n, _ in _changed(space, attrs, contents)]
     return sorted(set(names))
 
 
 def restore():
     """Put back every recorded attribute that was replaced, removed, emptied or shadowed."""
-    for space, attrs, contents in _RECORD.values():
+    for space, attrs, contents in list(_RECORD.values()):
         for name, value in _changed(space, attrs, contents):
             if value is _MISSING:
                 type.__delattr__(space, name)
