@@ -12,9 +12,9 @@ that fails: pip installs the same set, and a line says why.
 
     python -m tools install PIP_INSTALL_ARGS...      e.g.  -c constraints.txt -e ".[test,classroom]"
 
-Only ``-c FILE``, ``-e TARGET`` and plain requirements are passed (both installers read them alike). Last,
-whatever is installed without byte-code (torch: see ``compile_what_is_left``) is compiled on every core.
-AUTOGRAD_LAB_INSTALLER=pip makes pip do it all.
+Only ``-c FILE``, ``-e TARGET`` and plain requirements are passed (both installers read them alike). Neither
+installer compiles byte-code: last, ``compile_byte_code`` does, on every core, for everything but the packages'
+own test suites. AUTOGRAD_LAB_INSTALLER=pip makes pip do the installing.
 """
 
 from __future__ import annotations
@@ -100,22 +100,27 @@ def with_uv(python: str, args: list[str]) -> str | None:
         got = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", UV])
         if got.returncode != 0:
             return f"{UV} could not be installed"
-    command = [python, "-m", "uv", "pip", "install", "--python", python, "--compile-bytecode",
-               "--index-strategy", "unsafe-best-match", *options, *args]
+    command = [python, "-m", "uv", "pip", "install", "--python", python, "--index-strategy", "unsafe-best-match",
+               *options, *args]
     done = subprocess.run(command, env={**os.environ, **env})
     return None if done.returncode == 0 else f"uv failed (exit status {done.returncode})"
 
 
-def compile_what_is_left(python: str) -> None:
-    """Byte-code for every module installed without it, on every core. The Makefile installs torch with pip's
-    --no-compile and leaves its thousands of files to this step (pip compiles them one after another); files
-    compiled already are skipped. Where Python never writes byte-code at import (PYTHONDONTWRITEBYTECODE),
-    a module left uncompiled is compiled again in every process: `import torch` would take twice as long."""
+# The packages' own test suites (sympy's, networkx's, numpy's: over a thousand large files), which nothing the course
+# runs imports. Imported anyway, such a module is compiled then, as any module without byte-code.
+TEST_SUITES = r"[/\\]tests?[/\\]"
+
+
+def compile_byte_code(python: str) -> None:
+    """Byte-code for every module installed without it, on every core, but those of ``TEST_SUITES``; files compiled
+    already are skipped. Compiled here, once, not left to the imports: where Python never writes byte-code at
+    import (PYTHONDONTWRITEBYTECODE, set on many machines), a module left uncompiled is compiled again in every
+    process that imports it, and `import torch` would take twice as long."""
     asked = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                            capture_output=True, text=True)
     site = (asked.stdout or "").strip() if asked.returncode == 0 else ""
     if site:  # -qq: a file that is not Python of this version (a template, a test of another) is skipped, as pip does
-        subprocess.run([python, "-m", "compileall", "-qq", "-j", "0", site])
+        subprocess.run([python, "-m", "compileall", "-qq", "-j", "0", "-x", TEST_SUITES, site])
 
 
 def main(argv=None) -> int:
@@ -129,11 +134,11 @@ def main(argv=None) -> int:
         else:
             print(f"install: {reason}; pip installs the packages instead.", flush=True)
     if code is None:
-        command = [python, "-m", "pip", "install", "--disable-pip-version-check", *args]
+        command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", *args]
         print(shlex.join(command), flush=True)
         code = subprocess.run(command).returncode
     if code == 0:
-        compile_what_is_left(python)
+        compile_byte_code(python)
     return code
 
 

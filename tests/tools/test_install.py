@@ -83,7 +83,16 @@ def test_pip_installs_when_uv_cannot_and_says_why(monkeypatch, capsys):
     installs = [command for command in calls if command[1:4] == ["-m", "pip", "install"]]
     assert len(installs) == 1 and installs[0][-4:] == ["-c", "constraints.txt", "-e", "."]
     assert not any("uv" in command for command in calls)
-    assert calls[-1][1:3] == ["-m", "compileall"], "then what is left without byte-code (torch) is compiled"
+    assert calls[-1][1:3] == ["-m", "compileall"], "then the byte-code is compiled"
+
+
+def test_uv_installs_without_compiling_and_the_byte_code_is_compiled_after(monkeypatch):
+    calls = recorded(monkeypatch, stdout="site-packages\n")  # also where the compiling looks
+    monkeypatch.delenv("AUTOGRAD_LAB_INSTALLER", raising=False)
+    assert install.main(["-c", "constraints.txt", "-e", "."]) == 0
+    (uv,) = [command for command in calls if command[1:4] == ["-m", "uv", "pip"]]
+    assert uv[-4:] == ["-c", "constraints.txt", "-e", "."] and not any("compile" in arg for arg in uv)
+    assert calls[-1][1:3] == ["-m", "compileall"] and calls[-1][-3:-1] == ["-x", install.TEST_SUITES]
 
 
 @pytest.mark.parametrize("returncode, compiled", [(0, True), (1, False)], ids=["installed", "failed"])
@@ -93,14 +102,16 @@ def test_autograd_lab_installer_pip_skips_uv_and_compiles_only_after_a_good_inst
     monkeypatch.setenv("AUTOGRAD_LAB_INSTALLER", "pip")
     assert install.main(["-e", "."]) == returncode
     assert calls[0][1:4] == ["-m", "pip", "install"] and not any("uv" in command for command in calls)
+    assert "--no-compile" in calls[0], "pip would compile one file after another"
     assert any(command[1:3] == ["-m", "compileall"] for command in calls) == compiled
 
 
-def test_what_was_installed_without_byte_code_is_compiled(tmp_path, monkeypatch):
+def test_what_was_installed_without_byte_code_is_compiled_but_the_packages_test_suites(tmp_path, monkeypatch):
     package = tmp_path / "site" / "torchlike"
-    package.mkdir(parents=True)
+    (package / "tests").mkdir(parents=True)
     (package / "__init__.py").write_text("x = 1\n")
     (package / "template.py").write_text("def {{ name }}():\n")  # not Python: skipped quietly, as pip skips it
+    (package / "tests" / "test_x.py").write_text("y = 2\n")  # its own tests: nothing the course runs imports them
     real = subprocess.run
 
     def run(command, *args, **kwargs):
@@ -109,5 +120,6 @@ def test_what_was_installed_without_byte_code_is_compiled(tmp_path, monkeypatch)
         return real(command, *args, **kwargs)
 
     monkeypatch.setattr(install.subprocess, "run", run)
-    install.compile_what_is_left(sys.executable)
+    install.compile_byte_code(sys.executable)
     assert [p.name.split(".")[0] for p in (package / "__pycache__").iterdir()] == ["__init__"]
+    assert not (package / "tests" / "__pycache__").exists()
