@@ -30,9 +30,12 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import processes
-from .graphmodel import Graph
+
+if TYPE_CHECKING:
+    from .graphmodel import Graph
 
 __all__ = ["DOT_TIMEOUT_S", "SCREEN_BOXES", "Engine", "GraphTooSlow", "GraphvizMissing", "engine_repair",
            "find_engine", "fits", "graphviz_check", "graphviz_install_hint", "install_hint", "layout_cost",

@@ -158,6 +158,14 @@ def test_the_package_imports_quietly_and_lightly():
     assert done.returncode == 0 and not done.stderr, done.stderr
 
 
+def test_the_engine_check_every_make_target_runs_first_needs_no_torch():
+    """`make setup` (which every target runs) ends with `python -m tools graphviz --warn-only`: a layout engine is
+    looked for and tried without importing torch."""
+    code = "import sys\nfrom tools.ensure_graphviz import main\nmain(['--warn-only'])\nprint('torch' in sys.modules)\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stdout + done.stderr
+
+
 def test_a_timing_prints_nothing_with_a_cuda_build_on_a_machine_without_cuda(tmp_path):
     """03 and 07 time code with lab.time_call, whose torch.utils.benchmark pulls in cpp_extension. With a CUDA
     build of torch (PyPI's default) and no CUDA runtime that import logs "No CUDA runtime is found"; the course
