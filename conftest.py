@@ -26,9 +26,9 @@ from functools import cache
 import pytest
 
 try:
-    from nbval.plugin import IPyNbFile
+    from nbval.plugin import IPyNbCell, IPyNbFile
 except ImportError:  # nbval not installed: plain unit tests still run
-    IPyNbFile = None
+    IPyNbCell = IPyNbFile = None
 
 NOT_COMPARED: tuple = ()  # what nbval never compares here; the SVG joins it where another engine draws (below)
 SVG = "image/svg+xml"
@@ -60,6 +60,29 @@ def pytest_report_collectionfinish(config, items):
 COLLECTED = pytest.StashKey[list]()  # every item, before pytest's last-failed filter (see --lf below)
 
 
+def scope_of(item) -> str:
+    """The unit `make test`'s workers take whole (``--dist loadscope``): a test module, or a notebook's cells."""
+    return item.nodeid.split("::")[0]
+
+
+def longest_first(items: list) -> list:
+    """The items, each scope's together, the longest scopes first (in their order of collection otherwise).
+
+    The workers take one scope at a time as they come free, in this order (``--no-loadscope-reorder``): a long
+    scope taken last keeps one worker busy while the other has nothing left. A scope's length is told by its
+    tests marked ``slow``; a notebook counts as one (its kernel runs the whole notebook)."""
+    weight: dict[str, int] = {}
+    for item in items:
+        scope = scope_of(item)
+        if IPyNbCell is not None and isinstance(item, IPyNbCell):
+            weight[scope] = 1
+        else:
+            weight[scope] = weight.get(scope, 0) + (item.get_closest_marker("slow") is not None)
+    first = {scope: i for i, scope in reversed(list(enumerate(scope_of(item) for item in items)))}
+    return sorted(items, key=lambda item: (-weight[scope_of(item)], first[scope_of(item)]))
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected: the order counts only what runs
 def pytest_collection_modifyitems(session, config, items):
     unstable = [item.nodeid for item in items if UNSTABLE_ID.search(item.nodeid)]
     if unstable:
@@ -67,6 +90,7 @@ def pytest_collection_modifyitems(session, config, items):
             "test ids must not contain memory addresses (pytest-xdist collects in each worker): give the "
             "parametrize call ids=[...]; first one: " + unstable[0]
         )
+    items[:] = longest_first(items)
     config.stash[COLLECTED] = list(items)
     if IPyNbFile is None:
         return

@@ -39,7 +39,8 @@ BROWSER_TESTS = "tests/browser"  # where every browser test lives: collecting on
 def commands(jobs: int, fast: bool = False) -> tuple[list[str], list[str]]:
     """The rest (unit tests and nbval: one notebook's cells stay on one worker) and the browser suite."""
     pytest = [sys.executable, "-m", "pytest"]
-    rest = [*pytest, "-m", FAST if fast else REST, "-n", str(jobs), "--dist", "loadscope", "tests", "notebooks"]
+    rest = [*pytest, "-m", FAST if fast else REST, "-n", str(jobs), "--dist", "loadscope", "--no-loadscope-reorder",
+            "tests", "notebooks"]
     browser = [*pytest, "-m", "browser", "-p", "no:cacheprovider", BROWSER_TESTS]
     return rest, browser
 

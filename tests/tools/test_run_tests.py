@@ -84,3 +84,39 @@ def test_each_test_process_and_what_it_starts_runs_one_torch_thread():
     child = subprocess.run(py("import torch; print(torch.get_num_threads())"), capture_output=True, text=True,
                            check=True)
     assert int(child.stdout) == chosen
+
+
+class _Item:
+    """What the ordering reads of a collected test: its id and whether it is marked slow."""
+
+    def __init__(self, nodeid: str, slow: bool = False):
+        self.nodeid, self.slow = nodeid, slow
+
+    def get_closest_marker(self, name):
+        return object() if name == "slow" and self.slow else None
+
+
+def _project_conftest(config):
+    here = Path(run_tests.__file__).resolve().parents[1] / "conftest.py"
+    return next(p for p in config.pluginmanager.get_plugins() if Path(getattr(p, "__file__", "") or ".") == here)
+
+
+def test_the_workers_take_the_scopes_with_the_most_slow_tests_first_each_scope_whole_and_in_order(pytestconfig):
+    items = [_Item("tests/a.py::x"), _Item("tests/b.py::y", slow=True), _Item("tests/a.py::z"),
+             _Item("tests/c.py::s1", slow=True), _Item("tests/d.py::w"), _Item("tests/c.py::s2", slow=True)]
+    order = [item.nodeid for item in _project_conftest(pytestconfig).longest_first(items)]
+    assert order == ["tests/c.py::s1", "tests/c.py::s2", "tests/b.py::y", "tests/a.py::x", "tests/a.py::z",
+                     "tests/d.py::w"]
+    rest, _ = run_tests.commands(2)
+    assert rest[rest.index("--dist") + 1] == "loadscope" and "--no-loadscope-reorder" in rest
+
+
+def test_in_this_session_each_notebook_comes_before_every_scope_without_a_slow_test(request):
+    conftest = _project_conftest(request.config)
+    items = request.session.items
+    notebooks = [i for i, item in enumerate(items) if item.nodeid.startswith("notebooks/")]
+    plain = {conftest.scope_of(item) for item in items} - {
+        conftest.scope_of(item) for item in items
+        if item.nodeid.startswith("notebooks/") or item.get_closest_marker("slow") is not None}
+    first_plain = min((i for i, item in enumerate(items) if conftest.scope_of(item) in plain), default=len(items))
+    assert all(i < first_plain for i in notebooks)
