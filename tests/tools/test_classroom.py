@@ -14,6 +14,7 @@ Grading (worked solutions through their checks, nbgrader's autograde) is tested 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 from html.parser import HTMLParser
@@ -262,6 +263,7 @@ def errors(cell) -> list[str]:
     return [f"{o.ename}: {o.evalue}" for o in cell.get("outputs", []) if o.output_type == "error"]
 
 
+@functools.cache  # a page is parsed once, however many of its links lead into it
 def _parse(path: Path) -> _Page:
     page = _Page()
     page.feed(path.read_text())
