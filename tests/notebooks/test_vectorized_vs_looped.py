@@ -7,6 +7,7 @@ order (every Predict before what answers it) and run its widget's function.
 
 import copy
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -361,22 +362,41 @@ def test_the_conv_net_brings_ten_thousand_times_the_mlps_work_for_about_the_same
     assert 20 < ops_mlp < 100 and 20 < ops_conv < 100 and ops_conv < 2 * ops_mlp
 
 
+def _fastest_cpu_s(step, budget_s: float = 0.1) -> float:
+    """The fastest of repeated calls of ``step``, in this thread's CPU time: the time other processes take on the
+    cores (the rest of `make test`, side by side) does not count, as it would in wall-clock time."""
+    step()  # warm-up
+    best, spent = float("inf"), 0.0
+    while spent < budget_s:
+        start = time.thread_time()
+        step()
+        took = time.thread_time() - start
+        best, spent = min(best, took), spent + took
+    return best
+
+
 def _ratio(model, x, y):
-    """Looped over vectorized time of one forward and backward pass (fastest runs, one thread)."""
+    """Looped over vectorized CPU time of one forward and backward pass (fastest runs, one torch thread: on the CPU
+    the backward pass runs in the calling thread too)."""
     def fwd_bwd(loss_fn):
         def step():
             model.zero_grad(set_to_none=True)
             loss_fn(model, x, y).backward()
         return step
 
-    vec, loop = (lab.time_call(fwd_bwd(f), min_run_time=0.1, threads=1).fastest for f in (mean_loss, loop_loss))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        vec, loop = (_fastest_cpu_s(fwd_bwd(f)) for f in (mean_loss, loop_loss))
+    finally:
+        torch.set_num_threads(threads)
     return loop / vec
 
 
 @pytest.mark.slow
 def test_the_loop_is_much_slower_only_where_a_sample_brings_little_work():
-    """The rule and its boundary, as a comparison a busy machine does not turn around (quiet: about 200x against
-    1-2x; beside the browser tests the conv net's ratio reached 5x, the MLP's stayed near 200x)."""
+    """The rule and its boundary (the notebook times them: about 200x against 1-2x), compared in CPU time, which a
+    busy machine does not inflate; the notebook's wall-clock figures are `make bench`'s business."""
     torch.manual_seed(0)
     mlp = MODELS["mlp 16-64-1"][0]()
     mlp_ratio = _ratio(mlp, torch.randn(300, 16), torch.randn(300))
