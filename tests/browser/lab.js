@@ -21,6 +21,22 @@
     }
   }
 
+  // The text of `el` as a reader sees it (innerText). In JupyterLab's default windowing mode,
+  // "contentVisibility" (the test server keeps it, as a learner has it), the browser skips
+  // rendering cells out of view, and the innerText of a skipped cell is empty: the cells
+  // in or around `el` are rendered for the moment of the reading.
+  function shownText(el) {
+    const cell = el.closest(".jp-Notebook-cell");
+    const cells = cell ? [cell] : Array.from(el.querySelectorAll(".jp-Notebook-cell"));
+    const before = cells.map((c) => c.style.contentVisibility);
+    cells.forEach((c) => (c.style.contentVisibility = "visible"));
+    try {
+      return el.innerText;
+    } finally {
+      cells.forEach((c, i) => (c.style.contentVisibility = before[i]));
+    }
+  }
+
   // Whitespace runs count as one space; d3's minus sign (slider readouts) as "-".
   const norm = (text) => String(text ?? "").replace(/\u2212/g, "-").replace(/\s+/g, " ").trim();
   const codeCells = () => panel.content.widgets.filter((cell) => cell.model.type === "code");
@@ -56,7 +72,7 @@
       if (mime === SVG_MIME || (!mime && out.querySelector("svg text"))) parts.push(svgText(out));
       else if (mime.startsWith("image/")) parts.push(`[${mime}]`);
       else if (out.querySelector(".al-live")) parts.push("[widget]");
-      else parts.push(out.innerText);
+      else parts.push(shownText(out));
     }
     return norm(parts.join("\n"));
   }
@@ -88,7 +104,7 @@
       const out = shown[i];
       output.shownAs = out ? out.dataset.mimeType || (out.querySelector(".jupyter-widgets") ? "widget" : "") : null;
       output.imageLoaded = out ? imageRendered(out) : false;
-      output.widgetError = out ? /Error displaying widget/.test(out.innerText) : false;
+      output.widgetError = out ? /Error displaying widget/.test(shownText(out)) : false;
     });
     return {
       id: cell.model.id,
@@ -98,7 +114,7 @@
       lab: cell.model.getMetadata("autograd_lab") || null,
       executionCount: cell.model.executionCount,
       outputs,
-      widgetError: /Error displaying widget/.test(node.innerText),
+      widgetError: /Error displaying widget/.test(shownText(node)),
       livePanels: node.querySelectorAll(".al-live").length,
       text: outputText(area),
     };
@@ -167,7 +183,7 @@
     // The text of a modal dialog, if one is open (none is expected: it would block Run All).
     dialog() {
       const d = document.querySelector(".jp-Dialog");
-      return d ? norm(d.innerText) : null;
+      return d ? norm(shownText(d)) : null;
     },
 
     // True once the kernel is idle, no cell is queued or running, every widget view
@@ -184,7 +200,7 @@
           if (WIDGET_MIME in (model.get(i).data || {})) {
             // a widget view is drawn (or has failed) once its DOM holds widgets or the error text
             const area = cell.node.querySelector(".jp-Cell-outputArea");
-            if (!area || !(area.querySelector(".jupyter-widgets") || /Error displaying widget/.test(area.innerText))) return false;
+            if (!area || !(area.querySelector(".jupyter-widgets") || /Error displaying widget/.test(shownText(area)))) return false;
           }
         }
         for (const img of cell.node.querySelectorAll(".jp-OutputArea-output img")) if (!img.complete) return false;
@@ -201,8 +217,12 @@
       return codeCells().map(cellSummary);
     },
 
+    shownText(el) {
+      return shownText(el);
+    },
+
     pageHasWidgetError() {
-      return /Error displaying widget/.test(panel.content.node.innerText);
+      return /Error displaying widget/.test(shownText(panel.content.node));
     },
 
     outputText(cellId) {
@@ -219,14 +239,14 @@
       const problems = [];
       for (const area of areas) {
         for (const out of area.querySelectorAll(`.jp-OutputArea-output[data-mime-type="${STDERR_MIME}"]`)) {
-          if (PROBLEM_TEXT.test(out.innerText)) problems.push(norm(out.innerText).slice(0, 2000));
+          if (PROBLEM_TEXT.test(shownText(out))) problems.push(norm(shownText(out)).slice(0, 2000));
         }
       }
       return {
         panels: cell.node.querySelectorAll(".al-live").length,
         text: norm(areas.map(outputText).join("\n")),
         problems,
-        widgetError: /Error displaying widget/.test(cell.node.innerText),
+        widgetError: /Error displaying widget/.test(shownText(cell.node)),
       };
     },
 

@@ -178,7 +178,7 @@ def _typeset(lab, ids):
         """(ids) => ids.map(id => {
           const cell = Array.from(document.querySelectorAll('.jp-MarkdownCell')).find(c => c.dataset.alCellId === id);
           const md = cell && cell.querySelector('.jp-RenderedMarkdown');
-          return md ? [md.querySelectorAll('mjx-container').length, (md.innerText.match(/\\$[^$\\n]+\\$/) || [''])[0]] : [-1, ''];
+          return md ? [md.querySelectorAll('mjx-container').length, (window.alTest.shownText(md).match(/\\$[^$\\n]+\\$/) || [''])[0]] : [-1, ''];
         })""",
         ids,
     )
