@@ -106,21 +106,23 @@ def with_uv(python: str, args: list[str]) -> str | None:
     return None if done.returncode == 0 else f"uv failed (exit status {done.returncode})"
 
 
-# The packages' own test suites (sympy's, networkx's, numpy's: over a thousand large files), which nothing the course
-# runs imports. Imported anyway, such a module is compiled then, as any module without byte-code.
-TEST_SUITES = r"[/\\]tests?[/\\]"
+def test_suites(site: str) -> str:
+    """compileall's -x pattern for the packages' own test suites in ``site`` (sympy's, networkx's, numpy's: over a
+    thousand large files), which nothing the course runs imports; imported anyway, such a module is compiled then,
+    as any module without byte-code. Anchored at ``site``: a venv inside a folder named tests is compiled whole."""
+    return re.escape(site.rstrip("/\\")) + r"[/\\](?:[^/\\]+[/\\])*tests?[/\\]"
 
 
 def compile_byte_code(python: str) -> None:
-    """Byte-code for every module installed without it, on every core, but those of ``TEST_SUITES``; files compiled
-    already are skipped. Compiled here, once, not left to the imports: where Python never writes byte-code at
-    import (PYTHONDONTWRITEBYTECODE, set on many machines), a module left uncompiled is compiled again in every
-    process that imports it, and `import torch` would take twice as long."""
+    """Byte-code for every module installed without it, on every core, but the packages' test suites; files
+    compiled already are skipped. Compiled here, once, not left to the imports: where Python never writes
+    byte-code at import (PYTHONDONTWRITEBYTECODE, set on many machines), a module left uncompiled is compiled
+    again in every process that imports it, torch's modules in every process that imports torch."""
     asked = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                            capture_output=True, text=True)
     site = (asked.stdout or "").strip() if asked.returncode == 0 else ""
     if site:  # -qq: a file that is not Python of this version (a template, a test of another) is skipped, as pip does
-        subprocess.run([python, "-m", "compileall", "-qq", "-j", "0", "-x", TEST_SUITES, site])
+        subprocess.run([python, "-m", "compileall", "-qq", "-j", "0", "-x", test_suites(site), site])
 
 
 def main(argv=None) -> int:

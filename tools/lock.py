@@ -17,8 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 OLDEST_PYTHON = "3.10"  # keep in step with requires-python in pyproject.toml
 # Held in the lock only (a learner's own environment is never held back by the course's package):
 # jsonschema 4.25 added rfc3987-syntax to the extra Jupyter's event system asks for, and importing it builds
-# 38 parsers in every process that reads a notebook (JupyterLab, nbval, nbclient, nbgrader), several times
-# what the rest of nbformat's import costs.
+# its grammar's parsers in every process that reads a notebook (JupyterLab, nbval, nbclient, nbgrader).
 LOCK_ONLY = "jsonschema<4.25\n"
 
 HEADER = """\

@@ -92,7 +92,8 @@ def test_uv_installs_without_compiling_and_the_byte_code_is_compiled_after(monke
     assert install.main(["-c", "constraints.txt", "-e", "."]) == 0
     (uv,) = [command for command in calls if command[1:4] == ["-m", "uv", "pip"]]
     assert uv[-4:] == ["-c", "constraints.txt", "-e", "."] and not any("compile" in arg for arg in uv)
-    assert calls[-1][1:3] == ["-m", "compileall"] and calls[-1][-3:-1] == ["-x", install.TEST_SUITES]
+    assert calls[-1][1:3] == ["-m", "compileall"] and calls[-1][-3:] == ["-x", install.test_suites("site-packages"),
+                                                                          "site-packages"]
 
 
 @pytest.mark.parametrize("returncode, compiled", [(0, True), (1, False)], ids=["installed", "failed"])
@@ -106,8 +107,10 @@ def test_autograd_lab_installer_pip_skips_uv_and_compiles_only_after_a_good_inst
     assert any(command[1:3] == ["-m", "compileall"] for command in calls) == compiled
 
 
-def test_what_was_installed_without_byte_code_is_compiled_but_the_packages_test_suites(tmp_path, monkeypatch):
-    package = tmp_path / "site" / "torchlike"
+@pytest.mark.parametrize("home", ["venv", "tests/venv"], ids=["in a folder", "in a folder named tests"])
+def test_what_was_installed_without_byte_code_is_compiled_but_the_packages_test_suites(tmp_path, monkeypatch, home):
+    site = tmp_path / home / "site"
+    package = site / "torchlike"
     (package / "tests").mkdir(parents=True)
     (package / "__init__.py").write_text("x = 1\n")
     (package / "template.py").write_text("def {{ name }}():\n")  # not Python: skipped quietly, as pip skips it
@@ -116,7 +119,7 @@ def test_what_was_installed_without_byte_code_is_compiled_but_the_packages_test_
 
     def run(command, *args, **kwargs):
         if command[1] == "-c":  # where this interpreter installs: here, the folder above
-            return subprocess.CompletedProcess(command, 0, stdout=f"{tmp_path / 'site'}\n", stderr="")
+            return subprocess.CompletedProcess(command, 0, stdout=f"{site}\n", stderr="")
         return real(command, *args, **kwargs)
 
     monkeypatch.setattr(install.subprocess, "run", run)
