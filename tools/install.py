@@ -13,8 +13,8 @@ that fails: pip installs the same set, and a line says why.
     python -m tools install PIP_INSTALL_ARGS...      e.g.  -c constraints.txt -e ".[test,classroom]"
 
 Only ``-c FILE``, ``-e TARGET`` and plain requirements are passed (both installers read them alike). Neither
-installer compiles byte-code: last, ``compile_byte_code`` does, on every core, for everything but the packages'
-own test suites. AUTOGRAD_LAB_INSTALLER=pip makes pip do the installing.
+installer compiles byte-code: last, ``compile_byte_code`` does, on every core, for everything but what
+``not_compiled`` names. AUTOGRAD_LAB_INSTALLER=pip makes pip do the installing.
 """
 
 from __future__ import annotations
@@ -106,23 +106,30 @@ def with_uv(python: str, args: list[str]) -> str | None:
     return None if done.returncode == 0 else f"uv failed (exit status {done.returncode})"
 
 
-def test_suites(site: str) -> str:
-    """compileall's -x pattern for the packages' own test suites in ``site`` (sympy's, networkx's, numpy's: over a
-    thousand large files), which nothing the course runs imports; imported anyway, such a module is compiled then,
-    as any module without byte-code. Anchored at ``site``: a venv inside a folder named tests is compiled whole."""
-    return re.escape(site.rstrip("/\\")) + r"[/\\](?:[^/\\]+[/\\])*tests?[/\\]"
+# Packages only the test tools import, each in the few processes that run its tests, and a small part of it:
+# transformers (a handful of real architectures, built from configs) holds thousands of modules, more than torch.
+TEST_TOOLS_ONLY = ("transformers",)
+
+
+def not_compiled(site: str) -> str:
+    """compileall's -x pattern for what is left to the imports in ``site``: the packages' own test suites (sympy's,
+    networkx's, numpy's: over a thousand large files), which nothing the course runs imports, and TEST_TOOLS_ONLY.
+    Imported anyway, such a module is compiled then, as any module without byte-code. Anchored at ``site``: a venv
+    inside a folder named tests is compiled whole."""
+    packages = "|".join(map(re.escape, TEST_TOOLS_ONLY))
+    return re.escape(site.rstrip("/\\")) + rf"[/\\](?:(?:{packages})[/\\]|(?:[^/\\]+[/\\])*tests?[/\\])"
 
 
 def compile_byte_code(python: str) -> None:
-    """Byte-code for every module installed without it, on every core, but the packages' test suites; files
-    compiled already are skipped. Compiled here, once, not left to the imports: where Python never writes
-    byte-code at import (PYTHONDONTWRITEBYTECODE, set on many machines), a module left uncompiled is compiled
+    """Byte-code for every module installed without it, on every core, but what ``not_compiled`` leaves to the
+    imports; files compiled already are skipped. Compiled here, once, not left to the imports: where Python never
+    writes byte-code at import (PYTHONDONTWRITEBYTECODE, set on many machines), a module left uncompiled is compiled
     again in every process that imports it, torch's modules in every process that imports torch."""
     asked = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                            capture_output=True, text=True)
     site = (asked.stdout or "").strip() if asked.returncode == 0 else ""
     if site:  # -qq: a file that is not Python of this version (a template, a test of another) is skipped, as pip does
-        subprocess.run([python, "-m", "compileall", "-qq", "-j", "0", "-x", test_suites(site), site])
+        subprocess.run([python, "-m", "compileall", "-qq", "-j", "0", "-x", not_compiled(site), site])
 
 
 def main(argv=None) -> int:

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tools import install
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
 
 THIS_MACHINE = """\
 :env:.cert='/etc/ssl/certs/ca-certificates.crt'
@@ -92,7 +101,7 @@ def test_uv_installs_without_compiling_and_the_byte_code_is_compiled_after(monke
     assert install.main(["-c", "constraints.txt", "-e", "."]) == 0
     (uv,) = [command for command in calls if command[1:4] == ["-m", "uv", "pip"]]
     assert uv[-4:] == ["-c", "constraints.txt", "-e", "."] and not any("compile" in arg for arg in uv)
-    assert calls[-1][1:3] == ["-m", "compileall"] and calls[-1][-3:] == ["-x", install.test_suites("site-packages"),
+    assert calls[-1][1:3] == ["-m", "compileall"] and calls[-1][-3:] == ["-x", install.not_compiled("site-packages"),
                                                                           "site-packages"]
 
 
@@ -108,13 +117,19 @@ def test_autograd_lab_installer_pip_skips_uv_and_compiles_only_after_a_good_inst
 
 
 @pytest.mark.parametrize("home", ["venv", "tests/venv"], ids=["in a folder", "in a folder named tests"])
-def test_what_was_installed_without_byte_code_is_compiled_but_the_packages_test_suites(tmp_path, monkeypatch, home):
+def test_what_was_installed_without_byte_code_is_compiled_but_test_suites_and_test_tools(tmp_path, monkeypatch, home):
     site = tmp_path / home / "site"
     package = site / "torchlike"
     (package / "tests").mkdir(parents=True)
     (package / "__init__.py").write_text("x = 1\n")
     (package / "template.py").write_text("def {{ name }}():\n")  # not Python: skipped quietly, as pip skips it
     (package / "tests" / "test_x.py").write_text("y = 2\n")  # its own tests: nothing the course runs imports them
+    tool = site / install.TEST_TOOLS_ONLY[0] / "models"
+    tool.mkdir(parents=True)
+    (tool / "zoo.py").write_text("z = 3\n")  # imported by the tests' own processes only, a few modules of it
+    beside = site / f"{install.TEST_TOOLS_ONLY[0]}_extra"
+    beside.mkdir()
+    (beside / "__init__.py").write_text("w = 4\n")  # a package whose name only begins alike is compiled
     real = subprocess.run
 
     def run(command, *args, **kwargs):
@@ -126,3 +141,17 @@ def test_what_was_installed_without_byte_code_is_compiled_but_the_packages_test_
     install.compile_byte_code(sys.executable)
     assert [p.name.split(".")[0] for p in (package / "__pycache__").iterdir()] == ["__init__"]
     assert not (package / "tests" / "__pycache__").exists()
+    assert not (tool / "__pycache__").exists() and (beside / "__pycache__").is_dir()
+
+
+def test_what_is_left_to_the_imports_is_a_test_tool_no_learner_installs():
+    """A package left uncompiled is compiled in each process that imports it: only a test tool, never something
+    a notebook's kernel imports."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(requirements):
+        return {re.split(r"[<>=;\[ ]", r, maxsplit=1)[0].strip().lower() for r in requirements}
+
+    for package in install.TEST_TOOLS_ONLY:
+        assert package in names(project["optional-dependencies"]["test"]), package
+        assert package not in names(project["dependencies"]), package
