@@ -423,6 +423,11 @@ def check_ddp_accumulation(accumulate) -> Feedback:
         (problems,) = _run_on_ranks([portable], seed)
     except DistributedRunError as err:
         return wrong(f"the run on {_LOOP_WORLD} processes failed ({err.reason}): {err}")
+    return _verdict(problems, seed)
+
+
+def _verdict(problems: list, seed: int) -> Feedback:
+    """The check's answer for one function's run on the ranks: its first mistake, or what the right loop did."""
     mistake = _judge_loop(problems, seed)
     if mistake is not None:
         return mistake
