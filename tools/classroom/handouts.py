@@ -120,13 +120,18 @@ def notebook_title(nb, fallback: str) -> str:
     return fallback
 
 
-def render_handout(path: Path, nav: str) -> str:
+def _exporter():
+    """The page maker: one for all the pages (it compiles its templates once)."""
     from nbconvert import HTMLExporter
 
-    nb, needs_mathjax = handout_notebook(nbformat.read(path, as_version=4), path.parent)
-    exporter = HTMLExporter(
+    return HTMLExporter(
         template_name="handout", extra_template_basedirs=[str(TEMPLATES)], theme="light", embed_images=True
     )
+
+
+def render_handout(path: Path, nav: str, exporter=None) -> str:
+    nb, needs_mathjax = handout_notebook(nbformat.read(path, as_version=4), path.parent)
+    exporter = exporter or _exporter()
     resources = {"metadata": {"name": notebook_title(nb, path.stem)}, "needs_mathjax": needs_mathjax}
     body, _ = exporter.from_notebook_node(nb, resources=resources)
     body = body.replace("</head>", HANDOUT_CSS + "</head>", 1)
@@ -146,11 +151,11 @@ def _nav(notebooks: list[Path], i: int) -> str:
 def handouts(notebooks: list[Path], out: Path) -> list[Path]:
     """One page per notebook and the contents page, index.html, in ``out``; returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
-    pages, rows = [], []
+    pages, rows, exporter = [], [], _exporter()
     for i, path in enumerate(notebooks):
         title = notebook_title(nbformat.read(path, as_version=4), path.stem)
         page = out / f"{path.stem}.html"
-        page.write_text(render_handout(path, _nav(notebooks, i)))
+        page.write_text(render_handout(path, _nav(notebooks, i), exporter))
         pages.append(page)
         rows.append(f'<li><a href="{page.name}">{html.escape(title)}</a></li>')
     index = out / "index.html"
