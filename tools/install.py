@@ -13,8 +13,9 @@ that fails: pip installs the same set, and a line says why.
     python -m tools install PIP_INSTALL_ARGS...      e.g.  -c constraints.txt -e ".[test,classroom]"
 
 Only ``-c FILE``, ``-e TARGET`` and plain requirements are passed (both installers read them alike). Neither
-installer compiles byte-code: last, ``compile_byte_code`` does, on every core, for everything but what
-``not_compiled`` names. AUTOGRAD_LAB_INSTALLER=pip makes pip do the installing.
+installer compiles byte-code: ``compile_byte_code`` does, on every core, for everything but what ``not_compiled``
+names -- torch's (installed before, left as it is) while the rest installs, the rest's last.
+AUTOGRAD_LAB_INSTALLER=pip makes pip do the installing.
 """
 
 from __future__ import annotations
@@ -120,6 +121,23 @@ def not_compiled(site: str) -> str:
     return re.escape(site.rstrip("/\\")) + rf"[/\\](?:(?:{packages})[/\\]|(?:[^/\\]+[/\\])*tests?[/\\])"
 
 
+TORCH_FOLDER = ("import importlib.util, sys; spec = importlib.util.find_spec('torch'); "
+                "print(spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else '')")
+
+
+def compile_torch_meanwhile(python: str) -> subprocess.Popen | None:
+    """Start compiling torch's byte-code and return the compiler (None where torch is not installed). The Makefile
+    installs torch first and the install that follows leaves it as it is; that install mostly waits on the network,
+    so torch's share of the compiling, the largest, is done by the time it ends."""
+    asked = subprocess.run([python, "-c", TORCH_FOLDER], capture_output=True, text=True)
+    folder = (asked.stdout or "").strip() if asked.returncode == 0 else ""
+    if not folder:
+        return None
+    site = os.path.dirname(folder.rstrip("/\\"))
+    return subprocess.Popen([python, "-m", "compileall", "-qq", "-j", "0", "-x", not_compiled(site), folder],
+                            stdout=subprocess.DEVNULL)
+
+
 def compile_byte_code(python: str) -> None:
     """Byte-code for every module installed without it, on every core, but what ``not_compiled`` leaves to the
     imports; files compiled already are skipped. Compiled here, once, not left to the imports: where Python never
@@ -135,20 +153,27 @@ def compile_byte_code(python: str) -> None:
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     python = sys.executable
-    code = None
+    meanwhile = compile_torch_meanwhile(python)
+    try:
+        code = install(python, args)
+    finally:  # never left running: it is waited for, whatever the install did
+        if meanwhile is not None:
+            meanwhile.wait()
+    if code == 0:
+        compile_byte_code(python)  # files compiled already (torch's) are skipped
+    return code
+
+
+def install(python: str, args: list[str]) -> int:
+    """The install itself, with uv or else pip; its exit status."""
     if os.environ.get("AUTOGRAD_LAB_INSTALLER", "uv") != "pip":
         reason = with_uv(python, args)
         if reason is None:
-            code = 0
-        else:
-            print(f"install: {reason}; pip installs the packages instead.", flush=True)
-    if code is None:
-        command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", *args]
-        print(shlex.join(command), flush=True)
-        code = subprocess.run(command).returncode
-    if code == 0:
-        compile_byte_code(python)
-    return code
+            return 0
+        print(f"install: {reason}; pip installs the packages instead.", flush=True)
+    command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", *args]
+    print(shlex.join(command), flush=True)
+    return subprocess.run(command).returncode
 
 
 if __name__ == "__main__":

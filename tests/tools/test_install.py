@@ -73,14 +73,24 @@ def test_only_the_arguments_both_installers_read_alike_go_to_uv():
 
 
 def recorded(monkeypatch, returncode=0, stdout=""):
-    """Every command the installer runs, recorded instead of run; each ends with ``returncode``."""
+    """Every command the installer runs, recorded instead of run; each ends with ``returncode``. One started in
+    the background is recorded as ["started", *command], its wait as ["waited"]."""
     calls = []
 
     def run(command, *args, **kwargs):
         calls.append(command)
         return subprocess.CompletedProcess(command, returncode, stdout=stdout, stderr="")
 
+    class Started:
+        def __init__(self, command, *args, **kwargs):
+            calls.append(["started", *command])
+
+        def wait(self, timeout=None):
+            calls.append(["waited"])
+            return 0
+
     monkeypatch.setattr(install.subprocess, "run", run)
+    monkeypatch.setattr(install.subprocess, "Popen", Started)
     return calls
 
 
@@ -111,8 +121,9 @@ def test_autograd_lab_installer_pip_skips_uv_and_compiles_only_after_a_good_inst
     calls = recorded(monkeypatch, returncode, stdout="site-packages\n")  # also where the compiling looks
     monkeypatch.setenv("AUTOGRAD_LAB_INSTALLER", "pip")
     assert install.main(["-e", "."]) == returncode
-    assert calls[0][1:4] == ["-m", "pip", "install"] and not any("uv" in command for command in calls)
-    assert "--no-compile" in calls[0], "pip would compile one file after another"
+    (pip,) = [command for command in calls if command[1:4] == ["-m", "pip", "install"]]
+    assert not any("uv" in command for command in calls)
+    assert "--no-compile" in pip, "pip would compile one file after another"
     assert any(command[1:3] == ["-m", "compileall"] for command in calls) == compiled
 
 
@@ -155,3 +166,34 @@ def test_what_is_left_to_the_imports_is_a_test_tool_no_learner_installs():
     for package in install.TEST_TOOLS_ONLY:
         assert package in names(project["optional-dependencies"]["test"]), package
         assert package not in names(project["dependencies"]), package
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_torch_is_compiled_while_the_rest_installs_and_waited_for_before_the_rest_is(monkeypatch, installer):
+    calls = recorded(monkeypatch, stdout="/venv/site/torch\n")  # where torch lies, and the rest of the answers
+    monkeypatch.setenv("AUTOGRAD_LAB_INSTALLER", installer)
+    assert install.main(["-c", "constraints.txt", "-e", "."]) == 0
+    kinds = [("started" if c[0] == "started" else "waited" if c == ["waited"] else "install" if "install" in c
+              and "-e" in c else "compile" if c[1:3] == ["-m", "compileall"] else None) for c in calls]
+    kinds = [kind for kind in kinds if kind]
+    assert kinds == ["started", "install", "waited", "compile"], calls
+    started = calls[[c[0] for c in calls].index("started")]
+    assert started[-3:] == ["-x", install.not_compiled("/venv/site"), "/venv/site/torch"]
+
+
+def test_without_torch_nothing_is_compiled_meanwhile(monkeypatch):
+    calls = recorded(monkeypatch, stdout="")
+    assert install.compile_torch_meanwhile(sys.executable) is None
+    assert not any(command[0] == "started" for command in calls)
+
+
+def test_the_compiling_meanwhile_is_waited_for_when_the_install_is_stopped(monkeypatch):
+    calls = recorded(monkeypatch, stdout="/venv/site/torch\n")
+
+    def stopped(python, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(install, "install", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        install.main(["-e", "."])
+    assert calls[-1] == ["waited"]
