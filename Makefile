@@ -42,7 +42,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # torch first, on its own: only this call looks at TORCH_INDEX (every package looked up there costs a request).
-# Its byte-code is compiled by the install that follows, on every core (tools/install.py).
+# Its byte-code is compiled while the install that follows runs (tools/install.py).
 INSTALL_TORCH = @$(PY) -c "import torch" 2>/dev/null || \
 	  $(PIP) torch $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) --retries 1 --no-compile
 

@@ -13,8 +13,8 @@ that fails: pip installs the same set, and a line says why.
     python -m tools install PIP_INSTALL_ARGS...      e.g.  -c constraints.txt -e ".[test,classroom]"
 
 Only ``-c FILE``, ``-e TARGET`` and plain requirements are passed (both installers read them alike). Neither
-installer compiles byte-code: ``compile_byte_code`` does, on every core, for everything but what ``not_compiled``
-names -- torch's (installed before, left as it is) while the rest installs, the rest's last.
+installer compiles byte-code: this does, on every core, for everything but what ``not_compiled`` names --
+torch's (installed before, left as it is) while the rest installs, the rest's last.
 AUTOGRAD_LAB_INSTALLER=pip makes pip do the installing.
 """
 
@@ -121,46 +121,80 @@ def not_compiled(site: str) -> str:
     return re.escape(site.rstrip("/\\")) + rf"[/\\](?:(?:{packages})[/\\]|(?:[^/\\]+[/\\])*tests?[/\\])"
 
 
-TORCH_FOLDER = ("import importlib.util, sys; spec = importlib.util.find_spec('torch'); "
-                "print(spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else '')")
+WHERE = ("import importlib.util, sysconfig; spec = importlib.util.find_spec('torch'); "
+         "print(sysconfig.get_paths()['purelib']); "
+         "print(spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else '')")
 
 
-def compile_torch_meanwhile(python: str) -> subprocess.Popen | None:
-    """Start compiling torch's byte-code and return the compiler (None where torch is not installed). The Makefile
-    installs torch first and the install that follows leaves it as it is; that install mostly waits on the network,
-    so torch's share of the compiling, the largest, is done by the time it ends."""
-    asked = subprocess.run([python, "-c", TORCH_FOLDER], capture_output=True, text=True)
-    folder = (asked.stdout or "").strip() if asked.returncode == 0 else ""
-    if not folder:
-        return None
-    site = os.path.dirname(folder.rstrip("/\\"))
-    return subprocess.Popen([python, "-m", "compileall", "-qq", "-j", "0", "-x", not_compiled(site), folder],
-                            stdout=subprocess.DEVNULL)
+def where(python: str) -> tuple[str, str]:
+    """Where ``python`` installs packages, and torch's folder there ('' where torch is not installed)."""
+    asked = subprocess.run([python, "-c", WHERE], capture_output=True, text=True)
+    lines = (asked.stdout or "").splitlines() if asked.returncode == 0 else []
+    return (lines + ["", ""])[0].strip(), (lines + ["", ""])[1].strip()
 
 
-def compile_byte_code(python: str) -> None:
-    """Byte-code for every module installed without it, on every core, but what ``not_compiled`` leaves to the
-    imports; files compiled already are skipped. Compiled here, once, not left to the imports: where Python never
-    writes byte-code at import (PYTHONDONTWRITEBYTECODE, set on many machines), a module left uncompiled is compiled
-    again in every process that imports it, torch's modules in every process that imports torch."""
-    asked = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                           capture_output=True, text=True)
-    site = (asked.stdout or "").strip() if asked.returncode == 0 else ""
-    if site:  # -qq: a file that is not Python of this version (a template, a test of another) is skipped, as pip does
-        subprocess.run([python, "-m", "compileall", "-qq", "-j", "0", "-x", not_compiled(site), site])
+def source_size(path: str, left: re.Pattern) -> int:
+    """The bytes of Python source in a file or folder that compileall compiles (``left``: its -x pattern)."""
+    files = [path] if not os.path.isdir(path) else [os.path.join(folder, name) for folder, _, names in os.walk(path)
+                                                     for name in names]
+    return sum(os.path.getsize(f) for f in files if f.endswith(".py") and not left.search(f))
+
+
+def shares(paths: list[str], n: int, left: re.Pattern) -> list[list[str]]:
+    """``paths`` dealt into at most ``n`` shares of about as much source to compile each, the largest first."""
+    totals, dealt = [0] * n, [[] for _ in range(n)]
+    for size, path in sorted(((source_size(p, left), p) for p in paths), reverse=True):
+        if size:  # to the share with the least source so far
+            least = totals.index(min(totals))
+            totals[least] += size
+            dealt[least].append(path)
+    return [share for share in dealt if share]
+
+
+def start_compiling(python: str, site: str, paths: list[str]) -> list[subprocess.Popen]:
+    """One compileall a share of ``paths``, one share a core, each compiling file after file (compileall -j hands
+    the files to its workers one small batch at a time, and the handing costs more than the compiling of most)."""
+    if not paths:
+        return []
+    left = not_compiled(site)
+    return [subprocess.Popen([python, "-m", "compileall", "-qq", "-x", left, *share], stdout=subprocess.DEVNULL)
+            for share in shares(paths, os.cpu_count() or 1, re.compile(left))]
+
+
+def wait_for(compilers: list[subprocess.Popen]) -> None:
+    for compiler in compilers:
+        compiler.wait()
+
+
+def installed(site: str, but: str = "") -> list[str]:
+    """The packages and modules in ``site`` (every entry: compileall skips what holds no Python), but ``but``."""
+    if not site or not os.path.isdir(site):
+        return []
+    return [entry for entry in (os.path.join(site, name) for name in sorted(os.listdir(site))) if entry != but]
+
+
+def compile_byte_code(python: str, site: str) -> None:
+    """Byte-code for every module in ``site`` on every core, but what ``not_compiled`` leaves to the imports.
+    Compiled here, once, not left to the imports: where Python never writes byte-code at import
+    (PYTHONDONTWRITEBYTECODE, set on many machines), a module left uncompiled is compiled again in every process
+    that imports it, torch's modules in every process that imports torch. (-qq: a file that is not Python of this
+    version, a template, is skipped quietly, as pip skips it.)"""
+    wait_for(start_compiling(python, site, installed(site)))
 
 
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     python = sys.executable
-    meanwhile = compile_torch_meanwhile(python)
+    site, torch = where(python)
+    # torch, installed first (Makefile) and left as it is by this install, is compiled meanwhile: an install
+    # mostly waits on the network
+    compiling = start_compiling(python, site, [torch] if torch else [])
     try:
         code = install(python, args)
-    finally:  # never left running: it is waited for, whatever the install did
-        if meanwhile is not None:
-            meanwhile.wait()
-    if code == 0:
-        compile_byte_code(python)  # files compiled already (torch's) are skipped
+        if code == 0:  # the rest (compile_byte_code's work), beside what may be left of torch's
+            compiling += start_compiling(python, site, installed(site, but=torch))
+    finally:  # never left running: waited for, whatever the install did
+        wait_for(compiling)
     return code
 
 

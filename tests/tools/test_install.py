@@ -72,13 +72,15 @@ def test_only_the_arguments_both_installers_read_alike_go_to_uv():
         install.passed_on(["--no-deps", "-e", "."])
 
 
-def recorded(monkeypatch, returncode=0, stdout=""):
-    """Every command the installer runs, recorded instead of run; each ends with ``returncode``. One started in
-    the background is recorded as ["started", *command], its wait as ["waited"]."""
+def recorded(monkeypatch, returncode=0, settings="", site="", torch=""):
+    """Every command the installer runs, recorded instead of run; each ends with ``returncode``. pip's settings are
+    ``settings``; the installing Python's site-packages ``site``, torch's folder there ``torch``. A command started
+    in the background is recorded as ["started", *command], each wait as ["waited"]."""
     calls = []
 
     def run(command, *args, **kwargs):
         calls.append(command)
+        stdout = f"{site}\n{torch}\n" if command[1:3] == ["-c", install.WHERE] else settings
         return subprocess.CompletedProcess(command, returncode, stdout=stdout, stderr="")
 
     class Started:
@@ -94,37 +96,70 @@ def recorded(monkeypatch, returncode=0, stdout=""):
     return calls
 
 
-def test_pip_installs_when_uv_cannot_and_says_why(monkeypatch, capsys):
-    calls = recorded(monkeypatch, stdout="global.only-binary=':all:'\n")
+@pytest.fixture
+def site(tmp_path):
+    """A site-packages: torch, two packages and a module."""
+    site = tmp_path / "site"
+    for package in ("torch", "big", "small"):
+        (site / package).mkdir(parents=True)
+        (site / package / "__init__.py").write_text("x = 1\n" * (100 if package == "big" else 10))
+    (site / "single.py").write_text("y = 2\n")
+    (site / "small-1.0.dist-info").mkdir()  # no Python in it: nothing to compile
+    return site
+
+
+def compiled(calls) -> list[str]:
+    """What the recorded compileall runs were given, in order."""
+    return [arg for c in calls if c[0] == "started" and c[2:4] == ["-m", "compileall"] for arg in c[7:]]
+
+
+def steps(calls) -> list[str]:
+    """The recorded commands as steps: started (a compileall), waited, install."""
+    named = [("started" if c[0] == "started" else "waited" if c == ["waited"] else
+              "install" if "install" in c and "-e" in c else None) for c in calls]
+    return [step for step in named if step]
+
+
+def compiled_after_the_install(calls) -> bool:
+    """After the install: compilers started, one a share, then each waited for."""
+    after = steps(calls)[steps(calls).index("install") + 1:]
+    started = after.count("started")
+    return started >= 1 and after == ["started"] * started + ["waited"] * started
+
+
+def test_pip_installs_when_uv_cannot_and_says_why(monkeypatch, capsys, site):
+    calls = recorded(monkeypatch, settings="global.only-binary=':all:'\n", site=str(site))
     monkeypatch.delenv("AUTOGRAD_LAB_INSTALLER", raising=False)
     assert install.main(["-c", "constraints.txt", "-e", "."]) == 0
     assert "only-binary" in capsys.readouterr().out
     installs = [command for command in calls if command[1:4] == ["-m", "pip", "install"]]
     assert len(installs) == 1 and installs[0][-4:] == ["-c", "constraints.txt", "-e", "."]
     assert not any("uv" in command for command in calls)
-    assert calls[-1][1:3] == ["-m", "compileall"], "then the byte-code is compiled"
+    assert compiled_after_the_install(calls), "then the byte-code is compiled"
 
 
-def test_uv_installs_without_compiling_and_the_byte_code_is_compiled_after(monkeypatch):
-    calls = recorded(monkeypatch, stdout="site-packages\n")  # also where the compiling looks
+def test_uv_installs_without_compiling_and_the_byte_code_is_compiled_after(monkeypatch, site):
+    calls = recorded(monkeypatch, site=str(site))
     monkeypatch.delenv("AUTOGRAD_LAB_INSTALLER", raising=False)
     assert install.main(["-c", "constraints.txt", "-e", "."]) == 0
     (uv,) = [command for command in calls if command[1:4] == ["-m", "uv", "pip"]]
     assert uv[-4:] == ["-c", "constraints.txt", "-e", "."] and not any("compile" in arg for arg in uv)
-    assert calls[-1][1:3] == ["-m", "compileall"] and calls[-1][-3:] == ["-x", install.not_compiled("site-packages"),
-                                                                          "site-packages"]
+    assert steps(calls)[0] == "install" and compiled_after_the_install(calls)
+    started = [c for c in calls if c[0] == "started"]
+    assert all(c[4:7] == ["-qq", "-x", install.not_compiled(str(site))] for c in started)
+    assert sorted(compiled(calls)) == [str(site / name) for name in ("big", "single.py", "small", "torch")]
 
 
-@pytest.mark.parametrize("returncode, compiled", [(0, True), (1, False)], ids=["installed", "failed"])
+@pytest.mark.parametrize("returncode, compiles", [(0, True), (1, False)], ids=["installed", "failed"])
 def test_autograd_lab_installer_pip_skips_uv_and_compiles_only_after_a_good_install(monkeypatch, returncode,
-                                                                                   compiled):
-    calls = recorded(monkeypatch, returncode, stdout="site-packages\n")  # also where the compiling looks
+                                                                                   compiles, site):
+    calls = recorded(monkeypatch, returncode, site=str(site))
     monkeypatch.setenv("AUTOGRAD_LAB_INSTALLER", "pip")
     assert install.main(["-e", "."]) == returncode
     (pip,) = [command for command in calls if command[1:4] == ["-m", "pip", "install"]]
     assert not any("uv" in command for command in calls)
     assert "--no-compile" in pip, "pip would compile one file after another"
-    assert any(command[1:3] == ["-m", "compileall"] for command in calls) == compiled
+    assert bool(compiled(calls)) == compiles
 
 
 @pytest.mark.parametrize("home", ["venv", "tests/venv"], ids=["in a folder", "in a folder named tests"])
@@ -141,15 +176,7 @@ def test_what_was_installed_without_byte_code_is_compiled_but_test_suites_and_te
     beside = site / f"{install.TEST_TOOLS_ONLY[0]}_extra"
     beside.mkdir()
     (beside / "__init__.py").write_text("w = 4\n")  # a package whose name only begins alike is compiled
-    real = subprocess.run
-
-    def run(command, *args, **kwargs):
-        if command[1] == "-c":  # where this interpreter installs: here, the folder above
-            return subprocess.CompletedProcess(command, 0, stdout=f"{site}\n", stderr="")
-        return real(command, *args, **kwargs)
-
-    monkeypatch.setattr(install.subprocess, "run", run)
-    install.compile_byte_code(sys.executable)
+    install.compile_byte_code(sys.executable, str(site))
     assert [p.name.split(".")[0] for p in (package / "__pycache__").iterdir()] == ["__init__"]
     assert not (package / "tests" / "__pycache__").exists()
     assert not (tool / "__pycache__").exists() and (beside / "__pycache__").is_dir()
@@ -169,26 +196,26 @@ def test_what_is_left_to_the_imports_is_a_test_tool_no_learner_installs():
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_torch_is_compiled_while_the_rest_installs_and_waited_for_before_the_rest_is(monkeypatch, installer):
-    calls = recorded(monkeypatch, stdout="/venv/site/torch\n")  # where torch lies, and the rest of the answers
+def test_torch_is_compiled_while_the_rest_installs_and_the_rest_after(monkeypatch, installer, site):
+    calls = recorded(monkeypatch, site=str(site), torch=str(site / "torch"))
     monkeypatch.setenv("AUTOGRAD_LAB_INSTALLER", installer)
     assert install.main(["-c", "constraints.txt", "-e", "."]) == 0
-    kinds = [("started" if c[0] == "started" else "waited" if c == ["waited"] else "install" if "install" in c
-              and "-e" in c else "compile" if c[1:3] == ["-m", "compileall"] else None) for c in calls]
-    kinds = [kind for kind in kinds if kind]
-    assert kinds == ["started", "install", "waited", "compile"], calls
-    started = calls[[c[0] for c in calls].index("started")]
-    assert started[-3:] == ["-x", install.not_compiled("/venv/site"), "/venv/site/torch"]
+    done = steps(calls)
+    rest = done.count("started") - 1
+    assert rest >= 1 and done == ["started", "install"] + ["started"] * rest + ["waited"] * (1 + rest), calls
+    first = next(c for c in calls if c[0] == "started")
+    assert first[-3:] == ["-x", install.not_compiled(str(site)), str(site / "torch")]
+    assert sorted(compiled(calls)) == [str(site / name) for name in ("big", "single.py", "small", "torch")]
 
 
-def test_without_torch_nothing_is_compiled_meanwhile(monkeypatch):
-    calls = recorded(monkeypatch, stdout="")
-    assert install.compile_torch_meanwhile(sys.executable) is None
-    assert not any(command[0] == "started" for command in calls)
+def test_without_torch_only_the_rest_is_compiled_after_the_install(monkeypatch, site):
+    calls = recorded(monkeypatch, site=str(site))
+    assert install.main(["-e", "."]) == 0
+    assert steps(calls)[0] == "install" and compiled_after_the_install(calls)
 
 
-def test_the_compiling_meanwhile_is_waited_for_when_the_install_is_stopped(monkeypatch):
-    calls = recorded(monkeypatch, stdout="/venv/site/torch\n")
+def test_what_is_compiled_meanwhile_is_waited_for_when_the_install_is_stopped(monkeypatch, site):
+    calls = recorded(monkeypatch, site=str(site), torch=str(site / "torch"))
 
     def stopped(python, args):
         raise KeyboardInterrupt
@@ -196,4 +223,14 @@ def test_the_compiling_meanwhile_is_waited_for_when_the_install_is_stopped(monke
     monkeypatch.setattr(install, "install", stopped)
     with pytest.raises(KeyboardInterrupt):
         install.main(["-e", "."])
-    assert calls[-1] == ["waited"]
+    assert steps(calls) == ["started", "waited"]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_the_compiling_is_shared_out_by_source_size_one_share_a_core(site, n):
+    left = re.compile(install.not_compiled(str(site)))
+    shares = install.shares(install.installed(str(site)), n, left)
+    assert len(shares) == min(n, 4) and sorted(p for share in shares for p in share) == [
+        str(site / name) for name in ("big", "single.py", "small", "torch")]
+    if n > 1:
+        assert [str(site / "big")] in shares, "the largest alone: the rest together hold less source"
