@@ -152,8 +152,13 @@ def shares(paths: list[str], n: int, left: re.Pattern) -> list[list[str]]:
 
 
 def start_compiling(python: str, site: str, paths: list[str]) -> list[subprocess.Popen]:
-    """One compileall a share of ``paths``, one share a core, each compiling file after file (compileall -j hands
-    the files to its workers one small batch at a time, and the handing costs more than the compiling of most)."""
+    """Byte-code for ``paths`` (in ``site``), but what ``not_compiled`` leaves to the imports: one compileall a
+    share, one share a core, each compiling file after file (compileall -j hands the files to its workers one small
+    batch at a time, and the handing costs more than the compiling of most). -qq: a file that is not Python of this
+    version, a template, is skipped quietly, as pip skips it. Compiled here, once, not left to the imports: where
+    Python never writes byte-code at import (PYTHONDONTWRITEBYTECODE, set on many machines), a module left
+    uncompiled is compiled again in every process that imports it, torch's modules in every process that imports
+    torch."""
     if not paths:
         return []
     left = not_compiled(site)
@@ -173,15 +178,6 @@ def installed(site: str, but: str = "") -> list[str]:
     return [entry for entry in (os.path.join(site, name) for name in sorted(os.listdir(site))) if entry != but]
 
 
-def compile_byte_code(python: str, site: str) -> None:
-    """Byte-code for every module in ``site`` on every core, but what ``not_compiled`` leaves to the imports.
-    Compiled here, once, not left to the imports: where Python never writes byte-code at import
-    (PYTHONDONTWRITEBYTECODE, set on many machines), a module left uncompiled is compiled again in every process
-    that imports it, torch's modules in every process that imports torch. (-qq: a file that is not Python of this
-    version, a template, is skipped quietly, as pip skips it.)"""
-    wait_for(start_compiling(python, site, installed(site)))
-
-
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     python = sys.executable
@@ -191,7 +187,7 @@ def main(argv=None) -> int:
     compiling = start_compiling(python, site, [torch] if torch else [])
     try:
         code = install(python, args)
-        if code == 0:  # the rest (compile_byte_code's work), beside what may be left of torch's
+        if code == 0:  # the rest, beside what may be left of torch's
             compiling += start_compiling(python, site, installed(site, but=torch))
     finally:  # never left running: waited for, whatever the install did
         wait_for(compiling)

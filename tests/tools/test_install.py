@@ -176,7 +176,7 @@ def test_what_was_installed_without_byte_code_is_compiled_but_test_suites_and_te
     beside = site / f"{install.TEST_TOOLS_ONLY[0]}_extra"
     beside.mkdir()
     (beside / "__init__.py").write_text("w = 4\n")  # a package whose name only begins alike is compiled
-    install.compile_byte_code(sys.executable, str(site))
+    install.wait_for(install.start_compiling(sys.executable, str(site), install.installed(str(site))))
     assert [p.name.split(".")[0] for p in (package / "__pycache__").iterdir()] == ["__init__"]
     assert not (package / "tests" / "__pycache__").exists()
     assert not (tool / "__pycache__").exists() and (beside / "__pycache__").is_dir()
