@@ -21,6 +21,7 @@ What each suite selects (pytest -m), with one home here:
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -45,9 +46,15 @@ def commands(jobs: int, fast: bool = False) -> tuple[list[str], list[str]]:
     return rest, browser
 
 
+def cpu_seconds() -> float:
+    """The CPU time of this process's children that have ended (and of theirs): every process a suite starts."""
+    used = os.times()
+    return used.children_user + used.children_system
+
+
 def side_by_side(rest: list[str], browser: list[str]) -> int:
     LOG.parent.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), cpu_seconds()
     print(f"make test: the browser tests run beside the rest; their output: {LOG.relative_to(ROOT)}", flush=True)
     with open(LOG, "w") as log:
         side = processes.start(browser, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -62,7 +69,8 @@ def side_by_side(rest: list[str], browser: list[str]) -> int:
     print(f"\n{'=' * 30} browser tests (JupyterLab in Chromium) {'=' * 30}", flush=True)
     sys.stdout.write(LOG.read_text())
     print(f"\nmake test: unit tests and nbval {'passed' if rest_code == 0 else 'FAILED'} ({rest_s:.0f} s); "
-          f"browser tests {'passed' if browser_code == 0 else 'FAILED'}; {time.monotonic() - start:.0f} s in all",
+          f"browser tests {'passed' if browser_code == 0 else 'FAILED'}; {time.monotonic() - start:.0f} s in all, "
+          f"{cpu_seconds() - cpu_start:.0f} CPU-s on {os.cpu_count()} cores (the seconds follow the host's speed)",
           flush=True)
     return 0 if rest_code == 0 and browser_code == 0 else 1
 

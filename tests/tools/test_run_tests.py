@@ -30,6 +30,17 @@ def test_the_verdict_needs_both_suites(tmp_path, monkeypatch, capfd, rest_code, 
     assert ("unit tests and nbval passed" if rest_code == 0 else "unit tests and nbval FAILED") in out
 
 
+def test_the_last_line_says_the_cpu_seconds_every_process_of_both_suites_used(tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr(run_tests, "LOG", tmp_path / "browser-tests.log")
+    monkeypatch.setattr(run_tests, "ROOT", tmp_path)
+    spin = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; t = time.process_time()\\n" \
+           "while time.process_time() - t < 1: pass'])"  # a grandchild's CPU time counts too
+    assert run_tests.side_by_side(py(spin), py(spin)) == 0
+    last = capfd.readouterr().out.strip().splitlines()[-1]
+    cpu = int(re.search(r"(\d+) CPU-s on \d+ cores", last).group(1))
+    assert cpu >= 2, last
+
+
 MARKS = ("browser", "hub", "autograde", "package", "slow")
 
 
