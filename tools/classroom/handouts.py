@@ -129,9 +129,9 @@ def _exporter():
     )
 
 
-def render_handout(path: Path, nav: str, exporter=None) -> str:
+def render_handout(path: Path, nav: str, exporter) -> str:
+    """One notebook's page, made by ``exporter`` (``_exporter()``)."""
     nb, needs_mathjax = handout_notebook(nbformat.read(path, as_version=4), path.parent)
-    exporter = exporter or _exporter()
     resources = {"metadata": {"name": notebook_title(nb, path.stem)}, "needs_mathjax": needs_mathjax}
     body, _ = exporter.from_notebook_node(nb, resources=resources)
     body = body.replace("</head>", HANDOUT_CSS + "</head>", 1)
