@@ -70,7 +70,7 @@ def side_by_side(rest: list[str], browser: list[str]) -> int:
     sys.stdout.write(LOG.read_text())
     print(f"\nmake test: unit tests and nbval {'passed' if rest_code == 0 else 'FAILED'} ({rest_s:.0f} s); "
           f"browser tests {'passed' if browser_code == 0 else 'FAILED'}; {time.monotonic() - start:.0f} s in all, "
-          f"{cpu_seconds() - cpu_start:.0f} CPU-s on {os.cpu_count()} cores (the seconds follow the host's speed)",
+          f"{cpu_seconds() - cpu_start:.0f} CPU-s on {os.cpu_count()} cores",
           flush=True)
     return 0 if rest_code == 0 and browser_code == 0 else 1
 
