@@ -175,7 +175,9 @@ def installed(site: str, but: str = "") -> list[str]:
     """The packages and modules in ``site`` (every entry: compileall skips what holds no Python), but ``but``."""
     if not site or not os.path.isdir(site):
         return []
-    return [entry for entry in (os.path.join(site, name) for name in sorted(os.listdir(site))) if entry != but]
+    skip = os.path.realpath(but) if but else None  # however each path was spelled
+    return [entry for entry in (os.path.join(site, name) for name in sorted(os.listdir(site)))
+            if os.path.realpath(entry) != skip]
 
 
 def main(argv=None) -> int:

@@ -227,10 +227,24 @@ def test_what_is_compiled_meanwhile_is_waited_for_when_the_install_is_stopped(mo
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
-def test_the_compiling_is_shared_out_by_source_size_one_share_a_core(site, n):
+def test_the_compiling_is_shared_out_by_the_source_it_compiles(site, n):
+    (site / "small" / "tests").mkdir()
+    (site / "small" / "tests" / "test_many.py").write_text("t = 0\n" * 1000)  # left to the imports: weighs nothing
     left = re.compile(install.not_compiled(str(site)))
     shares = install.shares(install.installed(str(site)), n, left)
     assert len(shares) == min(n, 4) and sorted(p for share in shares for p in share) == [
         str(site / name) for name in ("big", "single.py", "small", "torch")]
     if n > 1:
         assert [str(site / "big")] in shares, "the largest alone: the rest together hold less source"
+
+
+def test_one_compileall_a_core(monkeypatch, site):
+    calls = recorded(monkeypatch)
+    monkeypatch.setattr(install.os, "cpu_count", lambda: 3)
+    assert len(install.start_compiling(sys.executable, str(site), install.installed(str(site)))) == 3
+    assert len(compiled(calls)) == 4
+
+
+def test_torch_compiled_meanwhile_is_not_compiled_again_however_its_path_is_spelled(site):
+    spelled = str(site / "big" / ".." / "torch")
+    assert str(site / "torch") not in install.installed(str(site), but=spelled)
