@@ -4,6 +4,8 @@
   with its own temporary config, data, runtime, settings and workspace directories (no user state
   leaks in, none leaks out). It serves a *copy* of ``notebooks/``, so running cells in the browser
   can never save over the committed notebooks. Stopped at the end of the session, also after failures.
+- ``learner_copy`` (session): the learner's copy made by the course's own command in the server's root,
+  from which each notebook is opened and run.
 - ``browser`` (session): Debian's Chromium (``/usr/bin/chromium``, or ``$AUTOGRAD_LAB_CHROMIUM``)
   driven by Playwright with ``executable_path``: no browser download, no network.
 - ``lab`` (per test): a JupyterLab page with the in-page driver ``lab.js`` (``window.alTest``). The page
@@ -265,6 +267,17 @@ def lab_server(tmp_path_factory, chromium_path):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def learner_copy(lab_server) -> Path:
+    """The learner's copy of the notebooks under test, made by the course's own command (``make lab``) beside the
+    served notebooks/: outputs cleared, solutions/ beside them."""
+    from autograd_lab import course
+
+    folder = lab_server.root / course.DEFAULT_FOLDER
+    course.update(folder, NOTEBOOKS)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -1,18 +1,28 @@
-"""Every notebook runs, renders and answers its widgets in real JupyterLab, in headless Chromium.
+"""Every notebook runs, renders and answers its widgets in real JupyterLab, in headless Chromium, in the
+learner's own copy.
 
-For each notebook in notebooks/ (discovered, not listed): open it, Restart Kernel and Run All Cells,
-wait until the kernel is idle, then check
+The copy is made by the course's own command (``make lab``, ``autograd_lab.course``) in the test server's root,
+and each notebook is opened from there, as a learner meets it. For each notebook in notebooks/ (discovered, not
+listed):
 
-- no error output, except in cells tagged ``raises-exception``; every code cell ran;
-- every widget view is drawn (no "Error displaying widget");
-- every graph (an ``image/svg+xml`` output) is drawn as a loaded image, and every cell whose stored
-  output holds a graph still produces one;
+- before anything runs, no code cell shows an output or an execution count: a prediction is made unseen;
+- Restart Kernel and Run All Cells, then, once the kernel is idle: no error output, except in cells tagged
+  ``raises-exception``; every code cell ran; every widget view is drawn (no "Error displaying widget");
+  every graph (an ``image/svg+xml`` output) is drawn as a loaded image, and every cell whose committed
+  output holds a graph produces one;
 - every widget cell (cell metadata ``{"autograd_lab": {"twin": <cell id>, "set": {<control>: value}}}``):
   its output differs from its twin's at first; after each control named in ``set`` is operated
   like a learner would (slider readout typed, checkbox clicked, option selected, button clicked),
   the widget's output text equals the twin cell's output text;
 - every kind of control present in the notebook is operated at least once: a kind that no ``set``
-  names is moved away and back, and the output must change and then return to what it was.
+  names is moved away and back, and the output must change and then return to what it was;
+- saved by JupyterLab after the run, the notebook still reads as the course's version (``course.fingerprint``):
+  running cells is not a change, so the next ``make lab`` may update it;
+- the worked solutions that no cheaper test can run are revealed with real key presses (``reveal_solution``):
+  each one of a notebook whose solutions read what its cells computed (tests/notebooks/test_reveal_cells.py
+  runs every other solution alone, in one process), and the course's first. The reveal cell loads the solution
+  from the copy's solutions/ and its check says "Correct";
+- the notebook leaves no scratch folder in the copy.
 """
 
 from __future__ import annotations
@@ -21,10 +31,16 @@ import json
 import os
 from pathlib import Path
 
+import nbformat
 import pytest
+
+from autograd_lab import course
+from tools.classroom.layout import exercises  # the repository root is on sys.path: conftest.py
+from tools.classroom.names import standalone_runs
 
 pytestmark = pytest.mark.browser
 
+REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = float(os.environ.get("AUTOGRAD_LAB_RUN_TIMEOUT", 300))  # restart + run all, per notebook
 WIDGET_TIMEOUT = float(os.environ.get("AUTOGRAD_LAB_WIDGET_TIMEOUT", 30))  # one widget reaching its twin
 SVG = "image/svg+xml"
@@ -241,13 +257,80 @@ def move_away_and_back(lab, cell: dict, control: dict):
     )
 
 
+def first_exercise(folder: Path = REPO / "notebooks"):
+    """The first notebook with exercises in ``folder``, and its first exercise."""
+    for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
+        found = exercises(nbformat.read(path, as_version=4), path.parent, path.name)
+        if found:
+            return path, found[0]
+    pytest.skip("no notebook has exercises")
+
+
+def to_reveal(notebook: Path) -> list:
+    """The exercises whose worked solutions this test reveals in ``notebook`` (module docstring)."""
+    found = exercises(nbformat.read(notebook, as_version=4), notebook.parent, notebook.name)
+    if found and standalone_runs(notebook) is None:
+        return found
+    first_path, first = first_exercise(notebook.parent)
+    return [first] if first_path.name == notebook.name else []
+
+
+def run_cell_with_keys(lab, cell_id: str, edit=None):
+    """Click into a cell's editor, optionally edit it with key presses, and run it with Shift+Enter."""
+    before = lab.js("(id) => window.alTest.cell(id).executionCount", cell_id)
+    lab.js("(id) => window.alTest.scrollToCell(id)", cell_id)
+    lab.page.locator(f'[data-al-cell-id="{cell_id}"] .jp-InputArea-editor').click()
+    if edit:
+        edit(lab.page.keyboard)
+    lab.page.keyboard.press("Shift+Enter")
+    lab.wait(
+        "([id, n]) => window.alTest.ranAgain(id, n)", [cell_id, before], timeout_s=60, what=f"cell {cell_id} to run"
+    )
+
+
+def uncomment_last_line(keyboard):
+    keyboard.press("Control+End")  # the end of the cell: the "# %load ..." line
+    keyboard.press("Home")
+    keyboard.press("Delete")  # "#"
+    keyboard.press("Delete")  # " "
+
+
+def reveal_solution(lab, exercise):
+    """In the open notebook, after Run All: the exercise's reveal cell, used as its instruction says with real
+    key presses, loads the worked solution (from solutions/ beside the notebook); run, its check says "Correct"."""
+    reveal_id = f"{exercise.solution_id}-reveal"
+    answer = lab.js("(id) => window.alTest.cell(id)", exercise.solution_id)
+    assert lab.js("(id) => window.alTest.outputText(id)", exercise.solution_id).startswith("Your turn")
+    reveal = lab.js("(id) => window.alTest.cell(id)", reveal_id)
+    assert reveal and not reveal["outputs"], f"{reveal_id}: the reveal cell shows nothing until it is used"
+
+    lab.focus_cell = reveal_id
+    run_cell_with_keys(lab, reveal_id, uncomment_last_line)
+    lab.wait(
+        "([id, text]) => window.alTest.cell(id).source.includes(text)",
+        [reveal_id, exercise.region.splitlines()[-1]],
+        timeout_s=30,
+        what=f"%load to put the solution into the reveal cell {reveal_id}",
+    )
+    loaded = lab.js("(id) => window.alTest.cell(id).source", reveal_id)
+    assert loaded.rstrip().endswith(exercise.check_call) and exercise.region.strip() in loaded, reveal_id
+    assert lab.js("(id) => window.alTest.cell(id).source", exercise.solution_id) == answer["source"], "the answer stays"
+
+    run_cell_with_keys(lab, reveal_id)
+    # The execution count can change a moment before the check's output is in the cell's model.
+    lab.wait("(id) => window.alTest.outputText(id).length > 0", reveal_id, timeout_s=RUN_TIMEOUT,
+             what=f"the check's feedback under the reveal cell {reveal_id}")
+    shown = lab.js("(id) => window.alTest.outputText(id)", reveal_id)
+    assert shown.startswith("Correct"), f"{reveal_id}: {shown}"
+
+
 @pytest.mark.timeout(RUN_TIMEOUT + 300)  # a hang outside the waits above still ends (pytest-timeout)
-def test_notebook_in_jupyterlab(lab, lab_server, notebook):  # notebook: parametrized by conftest.py
-    path = f"notebooks/{notebook.name}"
-    served = lab_server.root / path
-    if not served.exists():
-        pytest.skip(f"{path} was removed after the test session started")
+def test_notebook_in_jupyterlab(lab, learner_copy, notebook):  # notebook: parametrized by conftest.py
+    path = f"{learner_copy.name}/{notebook.name}"
     lab.open(path)
+    shown = [c for c in lab.js("() => window.alTest.cells()") if c["outputs"] or c["executionCount"] is not None]
+    assert not shown, f"{path}: {len(shown)} code cell(s) show an output before anything ran, first {shown[0]['id']!r}"
+
     lab.js("() => window.alTest.startRun()")
     try:
         lab.wait("() => window.alTest.finished()", timeout_s=RUN_TIMEOUT, what="Restart Kernel and Run All Cells")
@@ -264,7 +347,7 @@ def test_notebook_in_jupyterlab(lab, lab_server, notebook):  # notebook: paramet
 
     lab.phase("run all")
     cells = lab.js("() => window.alTest.cells()")
-    problems = run_problems(cells, _stored_graph_cells(served), run["statuses"])
+    problems = run_problems(cells, _stored_graph_cells(notebook), run["statuses"])
     if problems:
         lab.focus_cell = next((c["id"] for c in cells if _where(c) in problems[0]), None)
     assert not problems, f"{path} after Restart Kernel and Run All Cells:\n- " + "\n- ".join(problems)
@@ -279,3 +362,17 @@ def test_notebook_in_jupyterlab(lab, lab_server, notebook):  # notebook: paramet
             move_away_and_back(lab, cell, control)
     assert not lab.js("() => window.alTest.pageHasWidgetError()"), f"{path}: 'Error displaying widget' after using the widgets"
     lab.phase("widgets")
+
+    lab.js("() => window.jupyterapp.commands.execute('docmanager:save')")  # resolves once the file is written
+    saved = learner_copy / notebook.name
+    assert '"execution_count": 1' in saved.read_text(), f"{path}: saving did not write the run's outputs"
+    assert course.fingerprint(saved) == course.fingerprint(notebook), (
+        f"{path}: saved by JupyterLab after a run, it no longer reads as the course's version: the next make lab "
+        "would count running its cells as a change")
+    lab.phase("save")
+
+    for exercise in to_reveal(notebook):
+        reveal_solution(lab, exercise)
+    left = sorted(p.name for p in learner_copy.glob(f"scratch-{notebook.name[:2]}*"))
+    assert not left, f"{path} leaves its scratch folder {left} in the learner's copy"
+    lab.phase("reveal")

@@ -11,8 +11,9 @@
 
 Every notebook goes round the trip in ``make test-hub``. ``make test`` grades both submissions of one notebook,
 ``IN_MAKE_TEST`` (its exercises ask for a set, a number and a function); the other round-trip tests carry the
-``autograde`` mark. That every worked solution passes its check, each notebook's in its context, is
-tests/notebooks/test_reveal_cells.py's part (in the learner's copy).
+``autograde`` mark. That every worked solution passes its check, each notebook's in its context, is the part of
+tests/notebooks/test_reveal_cells.py and of the browser tests (tests/browser/test_notebooks_in_lab.py), in the
+learner's copy.
 """
 
 from __future__ import annotations
