@@ -3,7 +3,7 @@
 // It reads JupyterLab's own models through `window.jupyterapp` (the server runs with
 // LabApp.expose_app_in_browser) and the rendered DOM. Everything a test *does* to a
 // widget goes through Playwright's real input events; this file only opens the
-// notebook, starts "Restart Kernel and Run All Cells", and reads state.
+// notebook, starts "Run All Cells", and reads state.
 (() => {
   const WIDGET_MIME = "application/vnd.jupyter.widget-view+json";
   const SVG_MIME = "image/svg+xml";
@@ -148,7 +148,8 @@
       return panel.content.widgets.length;
     },
 
-    // "Kernel > Restart Kernel and Run All Cells". The command resolves when the last cell has
+    // "Run > Run All Cells", in the kernel the notebook's session started (as a learner who opens a
+    // notebook and runs it; a restart would start a second kernel). The command resolves when the last cell has
     // run; `run` records that, and `finished()` waits for it and for the page to settle.
     startRun() {
       const app = window.jupyterapp;
@@ -156,7 +157,7 @@
       const run = (this.run = { done: false, result: null, error: null, statuses: [] });
       const record = (_, status) => run.statuses.push(status);
       panel.sessionContext.statusChanged.connect(record);
-      app.commands.execute("notebook:restart-run-all", {}).then(
+      app.commands.execute("notebook:run-all-cells", {}).then(
         async (result) => {
           run.result = result === undefined ? null : result;
           // The command resolves early when a cell raises (even one tagged raises-exception) while

@@ -6,7 +6,7 @@ and each notebook is opened from there, as a learner meets it. For each notebook
 listed):
 
 - before anything runs, no code cell shows an output or an execution count: a prediction is made unseen;
-- Restart Kernel and Run All Cells, then, once the kernel is idle: no error output, except in cells tagged
+- Run All Cells in the kernel its session started, then, once the kernel is idle: no error output, except in cells tagged
   ``raises-exception``; every code cell ran; every widget view is drawn (no "Error displaying widget");
   every graph (an ``image/svg+xml`` output) is drawn as a loaded image, and every cell whose committed
   output holds a graph produces one;
@@ -41,7 +41,7 @@ from tools.classroom.names import standalone_runs
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT = float(os.environ.get("AUTOGRAD_LAB_RUN_TIMEOUT", 300))  # restart + run all, per notebook
+RUN_TIMEOUT = float(os.environ.get("AUTOGRAD_LAB_RUN_TIMEOUT", 300))  # run all, per notebook
 WIDGET_TIMEOUT = float(os.environ.get("AUTOGRAD_LAB_WIDGET_TIMEOUT", 30))  # one widget reaching its twin
 SVG = "image/svg+xml"
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -333,24 +333,24 @@ def test_notebook_in_jupyterlab(lab, learner_copy, notebook):  # notebook: param
 
     lab.js("() => window.alTest.startRun()")
     try:
-        lab.wait("() => window.alTest.finished()", timeout_s=RUN_TIMEOUT, what="Restart Kernel and Run All Cells")
+        lab.wait("() => window.alTest.finished()", timeout_s=RUN_TIMEOUT, what="Run All Cells")
     except AssertionError as err:
         status = lab.js("() => window.alTest.kernelStatus()")
         raise AssertionError(
             f"{path}: {err} (kernel {status}; set AUTOGRAD_LAB_RUN_TIMEOUT for a slow machine)"
         ) from None
     dialog = lab.js("() => window.alTest.dialog()")
-    assert dialog is None, f"{path}: a dialog blocked Restart Kernel and Run All Cells: {dialog!r}"
+    assert dialog is None, f"{path}: a dialog blocked Run All Cells: {dialog!r}"
     run = lab.js("() => window.alTest.run")
     # run["result"] is False when a cell raised: run_problems says which and why
-    assert run["error"] is None, f"{path}: Restart Kernel and Run All Cells failed: {run['error']}"
+    assert run["error"] is None, f"{path}: Run All Cells failed: {run['error']}"
 
     lab.phase("run all")
     cells = lab.js("() => window.alTest.cells()")
     problems = run_problems(cells, _stored_graph_cells(notebook), run["statuses"])
     if problems:
         lab.focus_cell = next((c["id"] for c in cells if _where(c) in problems[0]), None)
-    assert not problems, f"{path} after Restart Kernel and Run All Cells:\n- " + "\n- ".join(problems)
+    assert not problems, f"{path} after Run All Cells:\n- " + "\n- ".join(problems)
 
     lab.phase("check")
     kinds_present: dict = {}

@@ -1,7 +1,7 @@
 """The student release opens and runs in JupyterLab, failing only where the student has work to do.
 
 The release of the first notebook with exercises (made by ``nbgrader generate_assignment`` through
-tools/classroom) is opened in JupyterLab and run with *Restart Kernel and Run All Cells*, as a
+tools/classroom) is opened in JupyterLab and run with *Run All Cells*, as a
 student would. Every cell before the first exercise's autograder cell runs without error; that cell
 fails with the check's own instruction ("Your turn: replace the ... with ..."), and Run All stops
 there, as it does at any failing cell. (tests/tools/test_autograde.py runs releases to the end with nbgrader.)
@@ -27,7 +27,7 @@ def test_student_release_runs_in_jupyterlab_until_the_first_exercise(lab, tmp_pa
 
     lab.open(f"student/{release.name}")
     lab.js("() => window.alTest.startRun()")
-    lab.wait("() => window.alTest.finished()", timeout_s=RUN_TIMEOUT, what="Restart Kernel and Run All Cells")
+    lab.wait("() => window.alTest.finished()", timeout_s=RUN_TIMEOUT, what="Run All Cells")
     cells = lab.js("() => window.alTest.cells()")
     ids = [c["id"] for c in cells]
     assert first.test_id in ids, f"the release has no autograder cell {first.test_id}"
