@@ -41,10 +41,12 @@ $(PY):
 	@$(MAKE) --no-print-directory python-check
 	$(PYTHON) -m venv $(VENV)
 
-# torch first, on its own: only this call looks at TORCH_INDEX (every package looked up there costs a request).
-# Its byte-code is compiled while the install that follows runs (tools/install.py).
+# torch first: only this call looks at TORCH_INDEX (every package looked up there costs a request). uv, which
+# installs the rest (tools/install.py pins it), comes in the same call: a pip run of its own takes seconds.
+# torch's byte-code is compiled while the install that follows runs (tools/install.py).
 INSTALL_TORCH = @$(PY) -c "import torch" 2>/dev/null || \
-	  $(PIP) torch $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) --retries 1 --no-compile
+	  $(PIP) torch "$$($(PY) -c 'from tools.install import UV; print(UV)')" \
+	  $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) --retries 1 --no-compile
 
 $(LEARNER): pyproject.toml $(CONSTRAINTS) | $(PY)
 	$(INSTALL_TORCH)

@@ -1,6 +1,7 @@
 """Install the course's packages into this virtual environment: uv where it can, pip where it cannot.
 
-The Makefile installs torch first, with pip: TORCH_INDEX and this machine's pip settings choose the build.
+The Makefile installs torch first, with pip: TORCH_INDEX and this machine's pip settings choose the build (uv,
+pinned here as ``UV``, comes in the same pip run; where it is missing, it is installed here).
 Everything else (JupyterLab, the test and classroom tools: well over a hundred packages) comes next, and
 there pip spends most of a set-up resolving and downloading one package after another; uv installs the same
 locked set, downloading in parallel. torch, already installed, satisfies the lock and is left as it is.

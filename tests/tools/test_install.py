@@ -248,3 +248,17 @@ def test_one_compileall_a_core(monkeypatch, site):
 def test_torch_compiled_meanwhile_is_not_compiled_again_however_its_path_is_spelled(site):
     spelled = str(site / "big" / ".." / "torch")
     assert str(site / "torch") not in install.installed(str(site), but=spelled)
+
+
+def test_the_makefiles_torch_install_brings_the_pinned_uv_in_the_same_pip_run(tmp_path):
+    """A fresh set-up runs pip once before the rest's install: torch and the uv that ``with_uv`` then finds."""
+    venv = tmp_path / "venv"
+    dry = subprocess.run(["make", "-n", "setup-test", f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True)
+    python = f"{venv}/bin/python"
+    (line,) = [line for line in dry.stdout.splitlines() if f"{python} -m pip install" in line and " torch " in line]
+    pip = line.split("||", 1)[1].strip()
+    # the requirements as the shell hands them to pip, with this Python for the venv's (which does not exist here)
+    shown = pip.replace(f"{python} -m pip install", "printf '%s\\n'").replace(python, sys.executable)
+    words = subprocess.run(["bash", "-c", shown], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert words[words.index("torch") + 1] == install.UV
+    assert not any(word.startswith("uv") and word != install.UV for word in words)
