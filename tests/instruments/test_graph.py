@@ -153,16 +153,73 @@ print(data["text/plain"])
 """
 
 
-def test_without_any_system_graphviz_the_graph_is_a_picture(tmp_path):
-    # PATH holds only an empty folder: no `dot` anywhere, as on a machine where nobody installed Graphviz.
-    # Display goes through IPython's real formatter.
+# A kernel on a machine without any system Graphviz: PATH holds only an empty folder, so no `dot` anywhere, as where
+# nobody installed Graphviz. One fresh Python for the three tests below (each reads its own lines); its shell exists
+# before the notebook's first import, as in a kernel, and display goes through IPython's real formatter.
+WITHOUT_DOT = """
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+import shutil
+import graphviz, torch, torchviz
+import autograd_lab
+from autograd_lab import draw_graph, graph
+print("dot:", shutil.which("dot"))
+
+# the course's graph
+w = torch.tensor(1.0, requires_grad=True)
+x = torch.tensor([4.0, 2.0])
+loss = ((w * x - 2 * x) ** 2).mean()
+g = draw_graph(loss, params={"w": w}, names={"loss": loss}, show_saved=True)
+data, _ = shell.display_formatter.format(g)
+print("course:", sorted(data))
+print("course text:", data["text/plain"])
+
+# torchviz's graphs, and any other Digraph, Graph or Source: laid out by the course's engine
+v = torch.tensor([1.0, 2.0], requires_grad=True)
+for other in (torchviz.make_dot((v * 3).sum(), params={"v": v}), graphviz.Graph(body=["a -- b"]),
+              graphviz.Source("digraph { x -> y }", engine="neato")):
+    data, _ = shell.display_formatter.format(other)
+    print("graphviz:", type(other).__name__, sorted(data), data.get("image/svg+xml", "")[:4])
+
+# which printer IPython finds: the course's graph (a Digraph) under its own name first, shown by its own method
+ours, theirs = draw_graph((v * 3).sum()), torchviz.make_dot((v * 3).sum())
+formatter = shell.display_formatter.mimebundle_formatter
+print("printers:", formatter.lookup(ours).__name__, formatter.lookup(theirs).__name__)
+graph.graphviz_bundle = None  # never called for the course's graph (last: graphviz's graphs need it)
+data, _ = shell.display_formatter.format(ours)
+print("own method:", data == ours._repr_mimebundle_(), sorted(data))
+"""
+
+
+@pytest.fixture(scope="module")
+def without_dot(tmp_path_factory) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_LAB_DOT"}
-    env["PATH"] = str(tmp_path)
-    code = SEED_GRAPH.format(extra="") + "import shutil\nassert shutil.which('dot') is None\n" + DISPLAY
-    done = run_python(code, env=env)
+    env["PATH"] = str(tmp_path_factory.mktemp("empty-path"))
+    done = run_python(WITHOUT_DOT, env=env)
     assert done.returncode == 0, done.stderr
-    assert "'image/svg+xml'" in done.stdout and "'text/vnd.graphviz'" in done.stdout
-    assert "n0 MeanBackward0" in done.stdout
+    lines = done.stdout.splitlines()
+    assert "dot: None" in lines, lines
+    return lines
+
+
+def test_without_any_system_graphviz_the_graph_is_a_picture(without_dot):
+    assert "course: ['image/svg+xml', 'text/plain', 'text/vnd.graphviz']" in without_dot
+    text = "\n".join(without_dot)
+    assert "n0 MeanBackward0" in text[text.index("course text:"):], without_dot
+
+
+def test_torchviz_graphs_are_pictures_without_a_system_graphviz_once_the_course_is_imported(without_dot):
+    # The graphviz package runs a program called `dot`; in a notebook that imported autograd_lab its graphs
+    # (torchviz.make_dot's, and any other Digraph, Graph or Source) are laid out by the course's engine.
+    for kind in ("Digraph", "Graph", "Source"):
+        assert f"graphviz: {kind} ['image/svg+xml', 'text/plain', 'text/vnd.graphviz'] <?xm" in without_dot, without_dot
+
+
+def test_in_a_notebook_the_course_graph_shows_itself_and_torchviz_graphs_get_the_course_engine(without_dot):
+    # IPython looks a printer up along the class's MRO before it asks for _repr_mimebundle_: the course's graph
+    # (a Digraph) is found under its own name first, and shown by its own method, never by graphviz's printer.
+    assert "printers: _show_itself _show_graphviz" in without_dot
+    assert "own method: True ['image/svg+xml', 'text/plain', 'text/vnd.graphviz']" in without_dot
 
 
 def test_missing_engine_shows_install_hint_and_text_chain_without_traceback(tmp_path):
@@ -186,55 +243,6 @@ def test_missing_engine_shows_install_hint_and_text_chain_without_traceback(tmp_
     assert "conda install -c conda-forge graphviz" in done.stdout and "pip install graphviz-pure" in done.stdout
     assert "n0 MeanBackward0" in done.stdout and "AccumulateGrad -> leaf w" in done.stdout
     assert "SVG: No layout engine was found, so this graph cannot be drawn" in done.stdout
-
-
-def test_torchviz_graphs_are_pictures_without_a_system_graphviz_once_the_course_is_imported(tmp_path):
-    # The graphviz package runs a program called `dot`; in a notebook that imported autograd_lab its graphs
-    # (torchviz.make_dot's, and any other Digraph, Graph or Source) are laid out by the course's engine.
-    env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_LAB_DOT"}
-    env["PATH"] = str(tmp_path)
-    code = textwrap.dedent(
-        """
-        from IPython.core.interactiveshell import InteractiveShell
-        shell = InteractiveShell.instance()       # a kernel's shell exists before the notebook's first import
-        import graphviz, torch, torchviz
-        import autograd_lab
-        w = torch.tensor([1.0, 2.0], requires_grad=True)
-        for g in (torchviz.make_dot((w * 3).sum(), params={"w": w}), graphviz.Graph(body=["a -- b"]),
-                  graphviz.Source("digraph { x -> y }", engine="neato")):
-            data, _ = shell.display_formatter.format(g)
-            print(type(g).__name__, sorted(data), data.get("image/svg+xml", "")[:4])
-        """
-    )
-    done = run_python(code, env=env)
-    assert done.returncode == 0, done.stderr
-    for kind in ("Digraph", "Graph", "Source"):
-        assert f"{kind} ['image/svg+xml', 'text/plain', 'text/vnd.graphviz'] <?xm" in done.stdout, done.stdout
-
-
-def test_in_a_notebook_the_course_graph_shows_itself_and_torchviz_graphs_get_the_course_engine():
-    # IPython looks a printer up along the class's MRO before it asks for _repr_mimebundle_: the course's graph
-    # (a Digraph) is found under its own name first, and shown by its own method, never by graphviz's printer.
-    code = textwrap.dedent(
-        """
-        from IPython.core.interactiveshell import InteractiveShell
-        shell = InteractiveShell.instance()
-        import torch, torchviz
-        import autograd_lab
-        from autograd_lab import draw_graph, graph
-        w = torch.tensor([1.0, 2.0], requires_grad=True)
-        ours, theirs = draw_graph((w * 3).sum()), torchviz.make_dot((w * 3).sum())
-        formatter = shell.display_formatter.mimebundle_formatter
-        print(formatter.lookup(ours).__name__, formatter.lookup(theirs).__name__)
-        graph.graphviz_bundle = None  # never called for the course's graph
-        data, _ = shell.display_formatter.format(ours)
-        print(data == ours._repr_mimebundle_(), sorted(data))
-        """
-    )
-    done = run_python(code)
-    assert done.returncode == 0, done.stderr
-    assert "_show_itself _show_graphviz" in done.stdout
-    assert "True ['image/svg+xml', 'text/plain', 'text/vnd.graphviz']" in done.stdout
 
 
 @pytest.fixture

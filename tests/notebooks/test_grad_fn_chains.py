@@ -660,72 +660,57 @@ def test_the_time_line_states_the_count_and_both_parts_fit():
 
 
 # ---------------------------------------------------------------- torchviz: inside the course and outside it
+# Inside: a kernel that imported autograd_lab shows torchviz's graphs (any Digraph, Graph or Source) without a
+# system `dot` -- tests/instruments/test_graph.py, test_torchviz_graphs_are_pictures_without_a_system_graphviz_....
+# Outside: one fresh Python that never imports the course, whose PATH holds only the venv's programs.
 
-_TORCHVIZ_GRAPH = """
-import torch, torchviz
+_OUTSIDE_THE_COURSE = """
+import graphviz, torch, torchviz
 w = torch.tensor(2.0, requires_grad=True)
 graph = torchviz.make_dot(((torch.tensor([4.0, 7.0]) - w * torch.tensor([1.0, 3.0])) ** 2).mean(), params={"w": w})
-"""
-
-
-def _run_without_dot(code, tmp_path):
-    """Run code in a fresh Python whose PATH holds only the venv's programs: no system Graphviz `dot`."""
-    import os
-    import subprocess
-    import sys
-
-    bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": bin_dir}
-    env.pop("AUTOGRAD_LAB_DOT", None)
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
-
-
-def test_outside_the_course_torchvizs_display_and_render_need_a_dot_program(tmp_path):
-    """The notebook says: in your own project, displaying the Digraph or .render(...) runs `dot`."""
-    code = _TORCHVIZ_GRAPH + """
-import graphviz
 for name, call in [("render", lambda: graph.render("graph", format="png")), ("display", graph._repr_mimebundle_)]:
     try:
         call()
         print(name, "worked")
     except graphviz.ExecutableNotFound:
         print(name, "needs dot")
+graph.save("graph.gv")
 """
-    run = _run_without_dot(code, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def outside_the_course(tmp_path_factory):
+    """What torchviz did without a system `dot` in a Python without the course (its lines), and where."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("torchviz")
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    env.pop("AUTOGRAD_LAB_DOT", None)
+    run = subprocess.run([sys.executable, "-c", _OUTSIDE_THE_COURSE], cwd=folder, env=env, capture_output=True,
+                         text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split("\n")[:2] == ["render needs dot", "display needs dot"]
+    return run.stdout.splitlines(), folder
 
 
-def test_without_dot_the_saved_source_is_drawn_by_graphviz_pure(tmp_path):
+def test_outside_the_course_torchvizs_display_and_render_need_a_dot_program(outside_the_course):
+    """The notebook says: in your own project, displaying the Digraph or .render(...) runs `dot`."""
+    lines, _ = outside_the_course
+    assert lines[:2] == ["render needs dot", "display needs dot"]
+
+
+def test_without_dot_the_saved_source_is_drawn_by_graphviz_pure(outside_the_course):
     import shutil
     import subprocess
     import sys
 
-    run = _run_without_dot(_TORCHVIZ_GRAPH + 'graph.save("graph.gv")', tmp_path)
-    assert run.returncode == 0, run.stderr
+    _, folder = outside_the_course
     tool = shutil.which("graphviz-pure", path=str(Path(sys.executable).parent))
     assert tool, "graphviz-pure's command is installed with the course"
-    subprocess.run([tool, "-Tsvg", "graph.gv", "-o", "graph.svg"], cwd=tmp_path, check=True, timeout=120)
-    svg = (tmp_path / "graph.svg").read_text()
+    subprocess.run([tool, "-Tsvg", "graph.gv", "-o", "graph.svg"], cwd=folder, check=True, timeout=120)
+    svg = (folder / "graph.svg").read_text()
     assert "<svg" in svg and "MeanBackward0" in svg
-
-
-def test_inside_a_kernel_that_imported_autograd_lab_a_torchviz_graph_displays_without_dot(tmp_path):
-    code = """
-from IPython.core.interactiveshell import InteractiveShell
-shell = InteractiveShell.instance()
-import autograd_lab
-""" + _TORCHVIZ_GRAPH + """
-import graphviz
-data, _ = shell.display_formatter.format(graph)
-print("svg" if "<svg" in data.get("image/svg+xml", "") else sorted(data))
-data, _ = shell.display_formatter.format(graphviz.Source(graph.source))   # a second graphviz class
-print("svg" if "<svg" in data.get("image/svg+xml", "") else sorted(data))
-"""
-    run = _run_without_dot(code, tmp_path)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["svg", "svg"]
 
 
 def test_the_notebook_no_longer_says_render_works_everywhere():
