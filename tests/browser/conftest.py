@@ -69,12 +69,11 @@ INSTALL_HINT = (
 )
 
 # JupyterLab user settings for the test server: never autosave (the copy would change under the
-# test), no restart dialog, no news. Cells are windowed as JupyterLab's default does it for a learner
+# test), no news. Cells are windowed as JupyterLab's default does it for a learner
 # ("contentVisibility": every cell in the page, those out of view not rendered; lab.js renders a cell
 # for the moment it reads its text).
 LAB_SETTINGS = {
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False, "confirmClosingDocument": False},
-    "@jupyterlab/apputils-extension/sessionDialogs": {"skipKernelRestartDialog": True},
     "@jupyterlab/apputils-extension/notification": {
         "fetchNews": "false",
         "checkForUpdates": False,
