@@ -257,13 +257,18 @@ def move_away_and_back(lab, cell: dict, control: dict):
     )
 
 
-def first_exercise(folder: Path = REPO / "notebooks"):
-    """The first notebook with exercises in ``folder``, and its first exercise."""
+def _first_exercise(folder: Path):
+    """The first notebook with exercises in ``folder`` and its first exercise, or None where none has one."""
     for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
         found = exercises(nbformat.read(path, as_version=4), path.parent, path.name)
         if found:
             return path, found[0]
-    pytest.skip("no notebook has exercises")
+    return None
+
+
+def first_exercise(folder: Path = REPO / "notebooks"):
+    """The first notebook with exercises in ``folder``, and its first exercise (a course without any: skipped)."""
+    return _first_exercise(folder) or pytest.skip("no notebook has exercises")
 
 
 def to_reveal(notebook: Path) -> list:
@@ -271,8 +276,8 @@ def to_reveal(notebook: Path) -> list:
     found = exercises(nbformat.read(notebook, as_version=4), notebook.parent, notebook.name)
     if found and standalone_runs(notebook) is None:
         return found
-    first_path, first = first_exercise(notebook.parent)
-    return [first] if first_path.name == notebook.name else []
+    first = _first_exercise(notebook.parent)
+    return [first[1]] if first and first[0].name == notebook.name else []
 
 
 def run_cell_with_keys(lab, cell_id: str, edit=None):
